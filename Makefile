@@ -1,0 +1,56 @@
+# The two commands a newcomer needs: `make run` and `make test` (see README.md).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test lint lock clean
+
+$(VENV)/bin/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Ankusa needs Python 3.11 or newer ($(PYTHON) is older); set PYTHON=python3.x"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: requirements.txt | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@touch $@ $(VENV)/.installed
+
+# The whole system on the embedded default: SQLite + the node-local store, admin and API on
+# http://127.0.0.1:8000, the dispatch loop beside it. DEBUG=1 unless you say otherwise, so a
+# local secret key is generated into var/.
+run: $(VENV)/.installed
+	export DEBUG=$${DEBUG:-1}; \
+	$(PY) manage.py migrate --noinput && \
+	$(PY) manage.py collectstatic --noinput --verbosity 0 && \
+	$(PY) manage.py demo && \
+	exec $(PY) manage.py serve
+
+# The whole suite plus the linter. Uses DATABASE_URL / REDIS_URL when set.
+test: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+# Re-pin requirements*.txt from the ranges in pyproject.toml, in a throw-away venv.
+lock:
+	rm -rf var/lock-venv && $(PYTHON) -m venv var/lock-venv
+	$(PYTHON) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	  open("var/lock-runtime.in", "w").write("\n".join(p["dependencies"])); \
+	  open("var/lock-dev.in", "w").write("\n".join(p["optional-dependencies"]["dev"]))'
+	var/lock-venv/bin/pip install --quiet -r var/lock-runtime.in
+	{ echo '# Pinned runtime dependencies (ranges in pyproject.toml). Regenerate with `make lock`.'; \
+	  var/lock-venv/bin/pip freeze; } > requirements.txt
+	var/lock-venv/bin/pip install --quiet -r var/lock-dev.in
+	{ echo '-r requirements.txt'; var/lock-venv/bin/pip freeze | grep -vxFf requirements.txt; } > requirements-dev.txt
+	rm -rf var/lock-venv var/lock-*.in
+
+clean:
+	rm -rf $(VENV) var/static

@@ -1,0 +1,76 @@
+"""``manage.py serve``: gunicorn and the dispatch loop side by side, in the foreground.
+
+This is what ``make run`` ends with. Both run as child processes; Ctrl-C (SIGINT) or SIGTERM
+stops both and waits for them, and if either exits on its own the other is stopped too, so
+the command never leaves a half-running system behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import get_commands
+from django.core.management.base import BaseCommand
+
+# How long a child gets to finish what it holds after SIGTERM before it is killed.
+STOP_GRACE_S = 15
+
+
+class Command(BaseCommand):
+    help = "Run gunicorn and the dispatch loop until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--bind", default="127.0.0.1:8000")
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--threads", type=int, default=4)
+        parser.add_argument("--no-dispatch", action="store_true", help="Serve only; no dispatch loop.")
+
+    def handle(self, *args, **options):
+        children = {"web": self.start_web(options)}
+        if not options["no_dispatch"] and "dispatch" in get_commands():
+            children["dispatch"] = subprocess.Popen(
+                [sys.executable, str(settings.BASE_DIR / "manage.py"), "dispatch"]
+            )
+        stopping = False
+
+        def stop(signum, frame):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        self.stdout.write(f"Serving on http://{options['bind']} ({', '.join(children)}); Ctrl-C stops.")
+        while not stopping and all(child.poll() is None for child in children.values()):
+            time.sleep(0.2)
+        exited = [name for name, child in children.items() if child.poll() is not None]
+        self.stop_all(children)
+        if exited and not stopping:
+            self.stderr.write(f"{', '.join(exited)} exited; stopped the rest.")
+            sys.exit(1)
+
+    def start_web(self, options) -> subprocess.Popen:
+        command = [
+            sys.executable, "-m", "gunicorn", "ankusa_site.wsgi",
+            "--bind", options["bind"],
+            "--workers", str(options["workers"]),
+            "--threads", str(options["threads"]),
+            "--access-logfile", "-",
+        ]  # fmt: skip
+        return subprocess.Popen(command, env=os.environ.copy())
+
+    def stop_all(self, children: dict[str, subprocess.Popen]) -> None:
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in children.values():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()

@@ -1,0 +1,245 @@
+"""Ankusa's settings, all read from the environment (the README lists every variable).
+
+The defaults give a working embedded setup: SQLite under ``var/``, the node-local quota store,
+the database queue, no Redis needed. Past one machine the same code runs on PostgreSQL and Redis
+by setting ``DATABASE_URL``, ``ANKUSA_STORE_SCOPE=fleet`` and ``ANKUSA_QUEUE_BACKEND=redis``.
+
+Every value goes through ``ankusa_site.env``, which raises ``ImproperlyConfigured`` naming the
+variable, so a typo fails the boot. Rules that span several settings are system checks
+(``ankusa_site.checks``). Nothing here connects to anything: Redis and the database are reached
+lazily, so an outage never blocks start-up.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from ankusa_site.env import (
+    env_bool,
+    env_choice,
+    env_database,
+    env_float,
+    env_int,
+    env_list,
+    env_mapping,
+    env_redis_url,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("ANKUSA_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", False)
+
+
+def _local_secret_key() -> str:
+    """A key generated once into ``var/`` so local sessions survive restarts; never in production."""
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = env_str("SECRET_KEY", "") or (_local_secret_key() if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured(
+        "SECRET_KEY is required when DEBUG is off (set DEBUG=1 for a local key in var/)."
+    )
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "ankusa_site",
+    "limits",
+    "queues",
+    "commands",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ankusa_site.urls"
+WSGI_APPLICATION = "ankusa_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ankusa.sqlite3'}", base_dir=BASE_DIR),
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis is reached only when a feature asks for it (fleet store, Redis queue, Celery broker).
+REDIS_URL = env_redis_url("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_CONFIGURED = bool(env_str("REDIS_URL", ""))
+# Socket timeouts of the shared connection pool. The fleet store's own budget
+# (ANKUSA_STORE_TIMEOUT_MS) is tighter and is enforced per call by the store itself.
+REDIS_SOCKET_TIMEOUT_S = env_float("ANKUSA_REDIS_SOCKET_TIMEOUT_S", 2.0, minimum=0.01)
+
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "redis": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "OPTIONS": {
+            "SOCKET_CONNECT_TIMEOUT": REDIS_SOCKET_TIMEOUT_S,
+            "SOCKET_TIMEOUT": REDIS_SOCKET_TIMEOUT_S,
+            "CONNECTION_POOL_KWARGS": {"max_connections": 64},
+        },
+    },
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# Bodies are bounded by the intake itself (per tenant); this caps everything else.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ANKUSA_MAX_REQUEST_BYTES", 10 * 1024 * 1024, minimum=1024)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "PAGE_SIZE": 50,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Ankusa API",
+    "DESCRIPTION": "Commands in, quotas held, duplicates refused, dispatch visible.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- limits: quotas and claims (DESIGN.md § limits) ----------------------------------------------
+
+# node: this process's memory. fleet: Redis shared by every node, falling back to node for a call
+# Redis does not answer within ANKUSA_STORE_TIMEOUT_MS.
+ANKUSA_STORE_SCOPE = env_choice("ANKUSA_STORE_SCOPE", "node", ("node", "fleet"))
+# A hard per-call budget, not a hint: a webhook's answer should not wait on a sick Redis.
+ANKUSA_STORE_TIMEOUT_MS = env_int("ANKUSA_STORE_TIMEOUT_MS", 50, minimum=1, maximum=10_000)
+# 72 h covers Stripe's 3-day and Shopify's 48-hour retry schedules.
+ANKUSA_CLAIM_TTL_MS = env_int("ANKUSA_CLAIM_TTL_MS", 72 * 3600 * 1000, minimum=1000)
+# A holder commits in milliseconds; 30 s is long enough that a slow commit is not overtaken and
+# short enough that a provider's first retry after a crashed node is accepted.
+ANKUSA_CLAIM_PENDING_TTL_MS = env_int("ANKUSA_CLAIM_PENDING_TTL_MS", 30_000, minimum=100)
+# After this many consecutive fleet failures the breaker opens and calls go straight to the
+# node store for ANKUSA_FLEET_BREAKER_COOLDOWN_MS, then one call probes Redis again.
+ANKUSA_FLEET_BREAKER_THRESHOLD = env_int("ANKUSA_FLEET_BREAKER_THRESHOLD", 3, minimum=1)
+ANKUSA_FLEET_BREAKER_COOLDOWN_MS = env_int("ANKUSA_FLEET_BREAKER_COOLDOWN_MS", 2000, minimum=10)
+
+# Site default limits, used for a tenant with none of its own. Unset means unlimited.
+ANKUSA_DEFAULT_HOOKS_RATE = env_float("ANKUSA_DEFAULT_HOOKS_RATE", 0.0, minimum=0) or None
+ANKUSA_DEFAULT_HOOKS_BURST = env_int("ANKUSA_DEFAULT_HOOKS_BURST", 0, minimum=0) or None
+ANKUSA_DEFAULT_BYTES_RATE = env_float("ANKUSA_DEFAULT_BYTES_RATE", 0.0, minimum=0) or None
+ANKUSA_DEFAULT_BYTES_BURST = env_int("ANKUSA_DEFAULT_BYTES_BURST", 0, minimum=0) or None
+# The largest webhook body a tenant may send unless its own limit says otherwise.
+ANKUSA_MAX_BODY_BYTES = env_int("ANKUSA_MAX_BODY_BYTES", 1024 * 1024, minimum=1)
+
+# --- queues (DESIGN.md § queues) -----------------------------------------------------------------
+
+ANKUSA_QUEUE_BACKEND = env_choice("ANKUSA_QUEUE_BACKEND", "database", ("database", "redis"))
+# Per queue name, overriding the default: "commands=redis".
+ANKUSA_QUEUE_BACKENDS = env_mapping("ANKUSA_QUEUE_BACKENDS", ("database", "redis"))
+ANKUSA_QUEUE_REQUEUE_LIMIT = env_int("ANKUSA_QUEUE_REQUEUE_LIMIT", 5, minimum=0)
+# An item claimed longer ago than this is presumed abandoned by a dead worker and recovered.
+# Five minutes is ten times the longest HTTP read timeout a connector may set by default.
+ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S = env_int("ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S", 300, minimum=1)
+
+# --- dispatch (DESIGN.md § commands) -------------------------------------------------------------
+
+# The loop's period equals the first backoff step (30 s), so a retry never waits a whole extra round.
+ANKUSA_DISPATCH_INTERVAL_S = env_float("ANKUSA_DISPATCH_INTERVAL_S", 30.0, minimum=0.1)
+ANKUSA_DISPATCH_BATCH = env_int("ANKUSA_DISPATCH_BATCH", 100, minimum=1, maximum=10_000)
+ANKUSA_DISPATCH_CONCURRENCY = env_int("ANKUSA_DISPATCH_CONCURRENCY", 16, minimum=1, maximum=512)
+ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 4, minimum=1, maximum=512)
+ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)
+ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minimum=0.01)
+
+# --- Celery (optional: `manage.py dispatch` needs none of it) ------------------------------------
+
+CELERY_BROKER_URL = env_redis_url("CELERY_BROKER_URL", REDIS_URL)
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- logs ---------------------------------------------------------------------------------------
+
+ANKUSA_LOG_LEVEL = env_choice("ANKUSA_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "text"},
+    },
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        "ankusa": {"handlers": ["console"], "level": ANKUSA_LOG_LEVEL, "propagate": False},
+    },
+}

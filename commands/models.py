@@ -1,0 +1,1 @@
+"""Connectors, commands and attempts arrive with the commands issue."""

@@ -1,0 +1,1 @@
+"""Queue items arrive with the queues issue."""

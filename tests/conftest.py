@@ -1,0 +1,80 @@
+"""Fixtures shared by every test: real Redis, the test database, and subprocess environments."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import redis
+from django.conf import settings
+
+from tests.services import database_url, require_service, tcp_reachable
+
+
+@pytest.fixture(scope="session")
+def database_reachable():
+    """Skip (or, under CI, fail) every database test when PostgreSQL does not answer."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("postgresql"):
+        problem = tcp_reachable(f"postgres://{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}", 5432)
+        if problem:
+            require_service("PostgreSQL", problem)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(database_reachable, django_db_setup):
+    """pytest-django's own test database set-up, once PostgreSQL is known to answer."""
+    return django_db_setup
+
+
+@pytest.fixture
+def redis_client():
+    """A real Redis connection on the tests' own database number, flushed before and after."""
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        require_service("Redis", f"{settings.REDIS_URL}: {exc}")
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def django_redis(redis_client):
+    """The site's own django-redis connection (what the code under test uses), on the test database."""
+    from django_redis import get_redis_connection
+
+    return get_redis_connection("redis")
+
+
+@pytest.fixture
+def postgres(db):
+    """Marks a test that only means something on PostgreSQL (run it with DATABASE_URL=postgres://...)."""
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        pytest.skip("PostgreSQL-only: DATABASE_URL names SQLite in this run")
+
+
+@pytest.fixture
+def service_env():
+    """Environment for a subprocess that must see this test's database and Redis.
+
+    Use with ``transactional_db`` so the rows the test writes are committed where the subprocess
+    can read them.
+    """
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DATABASE_URL=database_url(settings.DATABASES["default"]),
+        ANKUSA_TEST_REDIS_DB=str(settings.TEST_REDIS_DB),
+        PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.fixture
+def python():
+    return sys.executable

@@ -1,0 +1,86 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+
+def test_healthz_is_200_when_the_database_answers(client, db):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["failing"] == []
+    assert body["checks"]["database"]["ok"] is True
+
+
+def test_healthz_checks_redis_when_configured(client, db, redis_client):
+    with override_settings(REDIS_CONFIGURED=True):
+        response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["checks"]["redis"]["ok"] is True
+
+
+def test_healthz_leaves_redis_out_when_no_feature_uses_it(client, db):
+    with override_settings(
+        REDIS_CONFIGURED=False, ANKUSA_STORE_SCOPE="node", ANKUSA_QUEUE_BACKEND="database"
+    ):
+        response = client.get("/healthz")
+    assert "redis" not in response.json()["checks"]
+
+
+def test_healthz_is_503_naming_redis_when_redis_is_down(client, db):
+    # Port 1 on loopback: nothing listens, the connection is refused — a real outage, not a mock.
+    with override_settings(REDIS_CONFIGURED=True, REDIS_URL="redis://127.0.0.1:1/0"):
+        response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "fail"
+    assert body["failing"] == ["redis"]
+    assert body["checks"]["database"]["ok"] is True
+
+
+def test_healthz_counts_a_fleet_store_as_using_redis(client, db):
+    with override_settings(
+        REDIS_CONFIGURED=False, ANKUSA_STORE_SCOPE="fleet", REDIS_URL="redis://127.0.0.1:1/0"
+    ):
+        response = client.get("/healthz")
+    assert response.json()["failing"] == ["redis"]
+
+
+def test_healthz_refuses_post(client, db):
+    assert client.post("/healthz").status_code == 405
+
+
+PROBE = """
+import json, django
+django.setup()
+from django.test import Client
+r = Client(HTTP_HOST="localhost").get("/healthz")
+print(json.dumps({"status": r.status_code, "body": r.json()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "database_url",
+    ["postgres://postgres@127.0.0.1:1/nothing", "sqlite:////nonexistent-dir/ankusa.sqlite3"],
+    ids=["postgres-refused", "sqlite-unopenable"],
+)
+def test_healthz_is_503_naming_the_database_when_it_is_down(database_url, service_env):
+    env = {**service_env, "DATABASE_URL": database_url, "REDIS_URL": "redis://127.0.0.1:1/0"}
+    env.pop("REDIS_CONFIGURED", None)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["status"] == 503
+    assert "database" in answer["body"]["failing"]
