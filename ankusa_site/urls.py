@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from ankusa_site import health
 
@@ -10,4 +10,8 @@ admin.site.index_title = "Operations"
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    # Each app owns its REST endpoints in <app>/api_urls.py.
+    path("api/v1/", include("limits.api_urls")),
+    path("api/v1/", include("queues.api_urls")),
+    path("api/v1/", include("commands.api_urls")),
 ]
