@@ -23,12 +23,10 @@ counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from functools import reduce
-from operator import or_
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import F, JSONField, Max, Min, Q, Value
+from django.db.models import F, JSONField, Max, Min, Value
 
 from queues.fifo import (
     ACTIONS,
@@ -83,15 +81,12 @@ class DatabaseFIFO(ReliableFIFO):
         return transaction.atomic(using=self.using, savepoint=False)
 
     def _held(self, tokens: list[tuple[int, int | None]]) -> list[QueueItem]:
-        """The busy rows still under the given claims, locked until the transaction ends."""
-        if not tokens:
-            return []
-        match = reduce(
-            or_, (Q(pk=pk) if claims is None else Q(pk=pk, claims=claims) for pk, claims in tokens)
-        )
-        order = {pk: index for index, (pk, _) in enumerate(tokens)}
-        rows = list(self._rows(State.BUSY).filter(match).order_by("pk").select_for_update())
-        return sorted(rows, key=lambda row: order[row.pk])
+        """The busy rows still under the given claims, in the given order, locked until the
+        transaction ends (so the claim check below cannot race a recovery)."""
+        wanted = dict(tokens)
+        rows = self._rows(State.BUSY).filter(pk__in=wanted).order_by("pk").select_for_update()
+        held = {row.pk: row for row in rows if wanted[row.pk] in (None, row.claims)}
+        return [held[pk] for pk in wanted if pk in held]
 
     def _tail(self) -> int:
         """The position after the last item of main."""
