@@ -134,6 +134,11 @@ class ReliableFIFO(abc.ABC):
     def done(self, *items: Item | int) -> int:
         """Finish busy items; returns how many were finished. An item no longer held is skipped."""
 
+    def done_and_claim(self, *items: Item | int, n: int = 1, wait: float = 0) -> list[Item]:
+        """``done(*items)`` then ``claim(n, wait)``; a backend may do both in one round trip."""
+        self.done(*items)
+        return self.claim(n, wait)
+
     @abc.abstractmethod
     def fail(self, item: Item | int, error: str) -> bool:
         """Move a busy item to failed with ``error``; False when it was no longer held."""
@@ -225,7 +230,8 @@ class ReliableFIFO(abc.ABC):
         max_seconds: float | None = None,
         return_when_empty: bool = False,
     ) -> int:
-        """Claim ``chunk`` items at a time, call ``callback`` on each and mark it done.
+        """Claim ``chunk`` items at a time, call ``callback`` on each and mark it done (the items
+        of a chunk are marked done together with the next claim, in one round trip on Redis).
 
         When the callback raises, the item is requeued (counted), failed or dropped as ``on_error``
         says, with the exception as its error. Returns how many items the callback handled
@@ -240,6 +246,7 @@ class ReliableFIFO(abc.ABC):
         previous = _install_stop_handlers(stop)
         started = time.monotonic()
         handled = 0
+        finished: list[Item] = []  # handled, marked done together with the next claim
         try:
             while not stop.is_set():
                 budget = None if max_seconds is None else max_seconds - (time.monotonic() - started)
@@ -248,22 +255,25 @@ class ReliableFIFO(abc.ABC):
                     break
                 # Wait in short slices so a signal or the time budget is noticed promptly.
                 wait = 0 if return_when_empty else min(1.0, budget if budget is not None else 1.0)
-                items = self.claim(wanted, wait=wait)
-                if not items:
-                    if return_when_empty:
-                        break
-                    continue
+                items = self.done_and_claim(*finished, n=wanted, wait=wait)
+                finished = []
+                if not items and return_when_empty:
+                    break
                 for index, item in enumerate(items):
                     if stop.is_set():
                         self.unclaim(*items[index:])
                         break
-                    self._handle(item, callback, on_error)
+                    if self._handle(item, callback, on_error):
+                        finished.append(item)
                     handled += 1
         finally:
+            if finished:
+                self.done(*finished)
             _restore_handlers(previous)
         return handled
 
-    def _handle(self, item: Item, callback: Callable[[Item], Any], on_error: Action) -> None:
+    def _handle(self, item: Item, callback: Callable[[Item], Any], on_error: Action) -> bool:
+        """Run the callback; True when it succeeded (the item is then the caller's to mark done)."""
         try:
             callback(item)
         except Exception as exc:  # noqa: BLE001 - a failing item must not stop the consumer
@@ -275,8 +285,8 @@ class ReliableFIFO(abc.ABC):
                 self.fail(item, error)
             else:
                 self.done(item)
-            return
-        self.done(item)
+            return False
+        return True
 
     # --- helpers for the backends -------------------------------------------------------------------
 

@@ -1,0 +1,313 @@
+"""Benchmark of the reliable FIFO (run by hand, not by the test suite).
+
+    .venv/bin/python bench/queues.py [--quick]
+
+Measures, in one run and against baselines measured in the same run:
+
+* Redis claim+done throughput at batch 100, against a reference implementation of the seed's
+  original list design (``LPUSH`` / pipelined ``RPOPLPUSH`` into a busy list / ``LREM`` on done);
+* Redis done rate with 100,000 items parked in busy, against the rate with none (the list design
+  scans the busy list on every done; the sorted set does not);
+* Redis single-item claim+done cycles against raw ``PING`` round trips;
+* PostgreSQL (when ``DATABASE_URL`` names it) time of a batch-100 claim with 1,000,000 items
+  queued (100,000 with ``--quick``) against the time with 1,000;
+* exactly-once: 4 processes x 4 threads drain 20,000 items on Redis and on the database.
+
+Prints a table and ends with one JSON line. Redis: only keys under this run's own unique names
+(``bench-<pid>-<random>``) on ``REDIS_URL``, deleted at the end. Database: a throw-away database
+(``bench_queues_<pid>``, created and destroyed like Django's test database), never the site's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ankusa_site.settings")
+os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+from django_redis import get_redis_connection  # noqa: E402
+
+from queues.backends.database import DatabaseFIFO  # noqa: E402
+from queues.backends.redis import REGISTRY_KEY, RedisFIFO  # noqa: E402
+from tests.services import database_url  # noqa: E402
+
+TAG = f"bench-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class ListFIFO:
+    """The seed's original Redis design, as a baseline: items are serialized records pushed on a
+    list, claimed one ``RPOPLPUSH`` each into a busy list (pipelined for a batch) and finished
+    with ``LREM busy -1 <record>``, which scans the busy list from its tail."""
+
+    def __init__(self, client, name: str):
+        self.redis, self.main, self.busy = client, f"{name}:main", f"{name}:busy"
+
+    def enqueue(self, *payloads) -> None:
+        with self.redis.pipeline(transaction=False) as pipe:
+            for payload in payloads:
+                record = {"id": uuid.uuid4().hex, "t": time.time(), "rc": 0, "p": payload}
+                pipe.lpush(self.main, json.dumps(record, separators=(",", ":")))
+            pipe.execute()
+
+    def claim(self, n: int = 1) -> list[tuple[bytes, dict]]:
+        with self.redis.pipeline(transaction=False) as pipe:
+            for _ in range(n):
+                pipe.rpoplpush(self.main, self.busy)
+            return [(raw, json.loads(raw)) for raw in pipe.execute() if raw is not None]
+
+    def done(self, *items: tuple[bytes, dict]) -> None:
+        with self.redis.pipeline(transaction=False) as pipe:
+            for raw, _ in items:
+                pipe.lrem(self.busy, -1, raw)
+            pipe.execute()
+
+    def delete(self) -> None:
+        self.redis.delete(self.main, self.busy)
+
+
+def fill(queue, count: int, chunk: int = 1000) -> None:
+    for start in range(0, count, chunk):
+        queue.enqueue(*({"n": n, "body": "x" * 64} for n in range(start, min(count, start + chunk))))
+
+
+def best(rounds: int, *measures):
+    """Best rate of each measure over ``rounds`` interleaved rounds: this machine is shared, so
+    a round that another process slowed down says nothing about the code."""
+    results = [[measure() for measure in measures] for _ in range(rounds)]
+    return [max(column) for column in zip(*results, strict=True)]
+
+
+def drain_rate(queue, items: int, batch: int) -> float:
+    """Items per second of claim(batch) + done over ``items`` freshly queued items."""
+    fill(queue, items)
+    handled, started = 0, time.perf_counter()
+    while claimed := queue.claim(batch):
+        queue.done(*claimed)
+        handled += len(claimed)
+    return handled / (time.perf_counter() - started)
+
+
+def done_rate(queue, items: int, batch: int = 100) -> float:
+    """Items per second of done alone, for ``items`` freshly claimed items in batches."""
+    fill(queue, items)
+    spent = 0.0
+    while claimed := queue.claim(batch):
+        started = time.perf_counter()
+        queue.done(*claimed)
+        spent += time.perf_counter() - started
+    return items / spent
+
+
+def park(queue, count: int) -> None:
+    """``count`` items claimed and never finished: a busy list/set of that size."""
+    fill(queue, count)
+    while queue.claim(1000):
+        pass
+
+
+def cycle_rate(queue, cycles: int, one_script: bool) -> float:
+    """Single-item claim + done cycles per second: two scripts, or done and the next claim in one."""
+    fill(queue, cycles + 1)
+    started = time.perf_counter()
+    if one_script:
+        items = queue.claim()
+        for _ in range(cycles):
+            items = queue.done_and_claim(*items)
+        queue.done(*items)
+    else:
+        for _ in range(cycles):
+            queue.done(*queue.claim())
+    return cycles / (time.perf_counter() - started)
+
+
+def ping_rate(client, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count):
+        client.ping()
+    return count / (time.perf_counter() - started)
+
+
+def bench_redis(client, quick: bool) -> dict:
+    rounds = 3 if quick else 5
+    items = 2_000 if quick else 5_000
+    ours, ref = RedisFIFO(f"{TAG}-b100", client=client), ListFIFO(client, f"{TAG}-ref-b100")
+    ours_b100, ref_b100 = best(
+        rounds, lambda: drain_rate(ours, items, 100), lambda: drain_rate(ref, items, 100)
+    )
+
+    parked = 100_000
+    idle, loaded = RedisFIFO(f"{TAG}-done0", client=client), RedisFIFO(f"{TAG}-done100k", client=client)
+    park(loaded, parked)
+    done_idle, done_loaded = best(rounds, lambda: done_rate(idle, items), lambda: done_rate(loaded, items))
+    # The list design at 100k busy scans the whole list on each done: a small sample is enough.
+    sample = 300 if quick else 1_000
+    ref_idle, ref_loaded = ListFIFO(client, f"{TAG}-ref-done0"), ListFIFO(client, f"{TAG}-ref-done100k")
+    park(ref_loaded, parked)
+    ref_done_idle, ref_done_loaded = best(
+        1, lambda: done_rate(ref_idle, sample), lambda: done_rate(ref_loaded, sample)
+    )
+
+    cycles = 1_000 if quick else 3_000
+    single = RedisFIFO(f"{TAG}-single", client=client)
+    one, two, ping = best(
+        rounds,
+        lambda: cycle_rate(single, cycles, one_script=True),
+        lambda: cycle_rate(single, cycles, one_script=False),
+        lambda: ping_rate(client, cycles),
+    )
+    return {
+        "ours_b100": ours_b100,
+        "ref_b100": ref_b100,
+        "done_idle": done_idle,
+        "done_loaded": done_loaded,
+        "ref_done_idle": ref_done_idle,
+        "ref_done_loaded": ref_done_loaded,
+        "single_one_script": one,
+        "single_two_scripts": two,
+        "ping": ping,
+    }
+
+
+def cleanup_redis(client) -> None:
+    keys = list(client.scan_iter(match=f"ankusa:queue:{{{TAG}*", count=1000))
+    keys += list(client.scan_iter(match=f"{TAG}*", count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start : start + 500])
+    for name in client.smembers(REGISTRY_KEY):
+        if name.decode().startswith(TAG):
+            client.srem(REGISTRY_KEY, name)
+
+
+def bench_postgres(quick: bool) -> dict | None:
+    if connection.vendor != "postgresql":
+        return None
+    big = 100_000 if quick else 1_000_000
+    queue = DatabaseFIFO(f"{TAG}-pg")
+
+    def insert(first: int, last: int) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO queues_queueitem (queue, state, position, payload, enqueued_at, claims, "
+                "requeue_count, fail_count, last_error) SELECT %s, 'main', g, "
+                "jsonb_build_object('n', g, 'body', repeat('x', 64)), now(), 0, 0, 0, '' "
+                "FROM generate_series(%s, %s) AS g",
+                [queue.name, first, last],
+            )
+            cursor.execute("VACUUM ANALYZE queues_queueitem")
+
+    def claim_time(rounds: int = 9) -> float:
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            items = queue.claim(100)
+            times.append(time.perf_counter() - started)
+            assert len(items) == 100
+            queue.done(*items)
+        return statistics.median(times)
+
+    insert(1, 1_000)
+    small = claim_time()
+    insert(1_001, big)
+    large = claim_time()
+    return {"queued_small": 1_000, "queued_large": big, "claim_small_s": small, "claim_large_s": large}
+
+
+def exactly_once(backend: str, items: int = 20_000) -> bool:
+    name = f"{TAG}-once-{backend}"
+    queue = RedisFIFO(name) if backend == "redis" else DatabaseFIFO(name)
+    fill(queue, items, chunk=5000)
+    env = dict(os.environ, DATABASE_URL=database_url(connection.settings_dict), PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "tests.queues.drain", backend, name, "1", "7", "25", "100"]
+    workers = [
+        subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        for _ in range(4)
+    ]
+    for worker in workers:
+        worker.stdout.readline()
+    for worker in workers:
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+    claimed = Counter()
+    for worker in workers:
+        out, _ = worker.communicate(timeout=600)
+        claimed.update(pk for ids in json.loads(out.strip().splitlines()[-1]) for pk in ids)
+    empty = sum(queue.length(kind) for kind in ("main", "busy", "failed")) == 0
+    return empty and len(claimed) == items and set(claimed.values()) == {1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="Smaller sizes (100,000 rows for PostgreSQL).")
+    args = parser.parse_args()
+
+    db = connection.settings_dict
+    bench_name = f"bench_queues_{os.getpid()}"
+    if db["ENGINE"].endswith("sqlite3"):
+        bench_name = str(Path(db["NAME"]).with_name(f"{bench_name}.sqlite3"))
+    db["TEST"]["NAME"] = bench_name
+    real_name = db["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    client = get_redis_connection("redis")
+    try:
+        redis_figures = bench_redis(client, args.quick)
+        pg = bench_postgres(args.quick)
+        once = {"redis": exactly_once("redis"), connection.vendor: exactly_once("database")}
+    finally:
+        cleanup_redis(client)
+        connection.creation.destroy_test_db(real_name, verbosity=0)
+
+    r = redis_figures
+    rows = [
+        ("Redis claim+done, batch 100 (items/s)", r["ours_b100"], r["ref_b100"]),
+        ("Redis done, busy empty (items/s)", r["done_idle"], r["ref_done_idle"]),
+        ("Redis done, 100,000 parked in busy (items/s)", r["done_loaded"], r["ref_done_loaded"]),
+        ("Redis single cycle, done+claim in one script (/s)", r["single_one_script"], r["ping"]),
+        ("Redis single cycle, claim then done (/s)", r["single_two_scripts"], r["ping"]),
+    ]
+    print(f"{'measure':<52} {'ankusa':>12} {'baseline':>12} {'ratio':>7}")
+    for label, ours, base in rows:
+        print(f"{label:<52} {ours:>12,.0f} {base:>12,.0f} {ours / base:>7.2f}")
+    if pg:
+        print(
+            f"{'PostgreSQL claim(100), ' + format(pg['queued_large'], ',') + ' vs 1,000 queued (ms)':<52} "
+            f"{pg['claim_large_s'] * 1000:>12.2f} {pg['claim_small_s'] * 1000:>12.2f} "
+            f"{pg['claim_large_s'] / pg['claim_small_s']:>7.2f}"
+        )
+    print(
+        "exactly once (4 processes x 4 threads, 20,000 items): "
+        + ", ".join(f"{k} {v}" for k, v in once.items())
+    )
+
+    figures = {
+        "redis_b100_vs_list_lrem": round(r["ours_b100"] / r["ref_b100"], 3),
+        "redis_done_busy100k_vs_busy0": round(r["done_loaded"] / r["done_idle"], 3),
+        "list_done_busy100k_vs_busy0": round(r["ref_done_loaded"] / r["ref_done_idle"], 3),
+        "redis_single_vs_ping": round(r["single_one_script"] / r["ping"], 3),
+        "redis_single_two_calls_vs_ping": round(r["single_two_scripts"] / r["ping"], 3),
+        "pg_claim_1m_vs_1k": None if pg is None else round(pg["claim_large_s"] / pg["claim_small_s"], 3),
+        "pg_queued_large": None if pg is None else pg["queued_large"],
+        "exactly_once": all(once.values()),
+        "quick": args.quick,
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
