@@ -45,9 +45,11 @@ State = QueueItem.State
 # lock for long and never loads a whole sub-queue into memory.
 BATCH = 1000
 
+# The UPDATE finds the picked rows by ctid (a Tid Scan, no index lookup): safe because the CTE
+# holds their row locks, so no other transaction can move them before the UPDATE runs.
 CLAIM_SQL_POSTGRESQL = """
 WITH picked AS (
-    SELECT id FROM queues_queueitem
+    SELECT ctid FROM queues_queueitem
     WHERE queue = %s AND state = 'main'
     ORDER BY position, id
     LIMIT %s
@@ -56,7 +58,7 @@ WITH picked AS (
 UPDATE queues_queueitem AS item
 SET state = 'busy', claimed_at = %s, claims = item.claims + 1
 FROM picked
-WHERE item.id = picked.id
+WHERE item.ctid = picked.ctid
 RETURNING item.*
 """
 
