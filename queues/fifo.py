@@ -290,7 +290,9 @@ class ReliableFIFO(abc.ABC):
 
     # --- helpers for the backends -------------------------------------------------------------------
 
-    def _report_skipped(self, operation: str, wanted: Sequence[int], held: Iterable[int]) -> None:
+    def _report_skipped(self, operation: str, wanted: Sequence[int], held: Sequence[int]) -> None:
+        if len(held) == len(wanted):
+            return  # the usual case, decided without building sets
         skipped = sorted(set(wanted) - set(held))
         if skipped:
             logger.warning(

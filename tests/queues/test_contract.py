@@ -16,6 +16,8 @@ import pytest
 
 from queues.fifo import Item
 
+pytestmark = pytest.mark.django_db
+
 # --- enqueue and claim ------------------------------------------------------------------------------
 
 
@@ -146,6 +148,17 @@ def test_done_after_expiry_and_a_new_claim_is_a_noop_that_reports_it(queue, cloc
     assert "done skipped 1 item(s)" in queue_log.text
     assert queue.done(fresh) == 1
     assert queue.length("busy") == 0
+
+
+def test_done_and_claim_finishes_items_and_claims_the_next_in_order(queue, queue_log):
+    queue.enqueue("a", "b", "c", "d")
+    first = queue.claim(2)
+    second = queue.done_and_claim(*first, n=5)
+    assert [item.payload for item in second] == ["c", "d"]
+    assert queue.peek("busy", 5) == second
+    assert queue.done_and_claim(*first, *second) == []
+    assert "done skipped 2 item(s)" in queue_log.text
+    assert (queue.length("main"), queue.length("busy")) == (0, 0)
 
 
 # --- requeue, unclaim, fail -------------------------------------------------------------------------
