@@ -13,10 +13,24 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 
 from queues.fifo import Item
 
 pytestmark = pytest.mark.django_db
+
+
+def in_thread(function, *args):
+    """``function(*args)`` for another thread, closing that thread's database connection after."""
+
+    def run():
+        try:
+            function(*args)
+        finally:
+            connections.close_all()
+
+    return run
+
 
 # --- enqueue and claim ------------------------------------------------------------------------------
 
@@ -71,6 +85,19 @@ def test_claim_with_wait_gives_up_after_the_wait(queue):
     started = time.monotonic()
     assert queue.claim(wait=0.3) == []
     assert 0.3 <= time.monotonic() - started < 1.5
+
+
+def test_claim_with_wait_returns_an_item_enqueued_while_it_waits(transactional_db, make_queue):
+    consumer, producer = make_queue(), make_queue()
+    timer = threading.Timer(0.3, in_thread(producer.enqueue, "late"))
+    started = time.monotonic()
+    timer.start()
+    try:
+        items = consumer.claim(wait=5)
+    finally:
+        timer.join()
+    assert [item.payload for item in items] == ["late"]
+    assert 0.3 <= time.monotonic() - started < 2
 
 
 def test_claim_needs_a_positive_count(queue):
@@ -534,7 +561,7 @@ def test_consume_outside_the_main_thread_runs_without_signal_handlers(transactio
     queue.enqueue(1, 2)
     result = []
     worker = threading.Thread(
-        target=lambda: result.append(queue.consume(lambda item: None, return_when_empty=True))
+        target=in_thread(lambda: result.append(queue.consume(lambda item: None, return_when_empty=True)))
     )
     worker.start()
     worker.join(10)
