@@ -11,7 +11,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from limits.store import LocalStore, RedisStore
+from limits.store import LocalStore, RedisStore, forget_store
 from tests.services import require_service
 
 START_US = 1_800_000_000_000_000  # 2027-01-15, a fixed instant so answers never depend on the day
@@ -28,6 +28,14 @@ class Clock:
 
     def advance(self, ms: float = 0, *, us: int = 0) -> None:
         self.now_us += int(ms * 1000) + us
+
+
+@pytest.fixture(autouse=True)
+def fresh_store():
+    """Each test starts with a new process-wide store: no bucket outlives the test that filled it."""
+    forget_store()
+    yield
+    forget_store()
 
 
 @pytest.fixture
