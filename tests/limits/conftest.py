@@ -109,14 +109,27 @@ class PrivateRedis:
 
 
 @pytest.fixture
-def private_redis(tmp_path):
+def start_private_redis(tmp_path):
+    """Start a private redis-server (optionally with a password); each is killed after the test."""
     binary = shutil.which("redis-server")
     if binary is None:
         require_service("redis-server", "the redis-server binary is not installed")
-    server = PrivateRedis(binary, tmp_path)
-    server.start()
-    yield server
-    server.stop()
+    servers = []
+
+    def start(password: str = "") -> PrivateRedis:
+        server = PrivateRedis(binary, tmp_path, password)
+        servers.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def private_redis(start_private_redis):
+    return start_private_redis()
 
 
 @pytest.fixture
