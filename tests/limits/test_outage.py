@@ -72,6 +72,7 @@ def test_a_silent_redis_costs_each_call_its_budget_and_no_more(silent_socket, no
         lambda: store.hit(charges(), claim()),
         lambda: store.settle(claim(), True),
         lambda: store.reset("acme"),
+        lambda: store.ping(),
     ]
     for call in calls * 5:
         answer, ms = timed(call)

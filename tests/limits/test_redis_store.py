@@ -68,6 +68,10 @@ def test_a_hit_with_two_charges_and_a_claim_is_one_redis_command(private_redis):
     }
 
 
+def test_ping_answers_true_when_redis_answers(redis_client):
+    assert RedisStore(settings.REDIS_URL, timeout_ms=1000).ping() is True
+
+
 def test_a_custom_prefix_keeps_the_keys_apart(redis_client):
     RedisStore(settings.REDIS_URL, timeout_ms=1000, prefix="bench-1").hit(charges())
     assert sorted(key.decode() for key in redis_client.keys("*")) == [
