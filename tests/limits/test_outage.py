@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import statistics
 import time
 
 import pytest
@@ -146,11 +147,14 @@ def test_with_a_silent_redis_the_breaker_stops_paying_the_timeout(silent_socket,
         assert isinstance(answer, Ok)
         durations.append(ms)
     assert all(BUDGET_MS - 2 <= ms <= BUDGET_MS + SLACK_MS for ms in durations[:3])
-    assert max(durations[3:]) < 1.0
+    # Open: no call waits on Redis. Typically ~0.05 ms; the bound leaves room for a busy machine's
+    # scheduler while staying far below the 50 ms a call to Redis would cost.
+    assert statistics.median(durations[3:]) < 1.0
+    assert max(durations[3:]) < BUDGET_MS / 5
     clock.now += 2.0  # the cooldown is over: exactly one call probes Redis again
     answer, ms = timed(lambda: store.hit(charges()))
     assert isinstance(answer, Ok) and BUDGET_MS - 2 <= ms <= BUDGET_MS + SLACK_MS
-    assert timed(lambda: store.hit(charges()))[1] < 1.0
+    assert timed(lambda: store.hit(charges()))[1] < BUDGET_MS / 5
 
 
 @pytest.mark.django_db
