@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from ankusa_site.logs import log_event
 from limits.models import Kind, LimitOverride, Tenant
 from limits.store import Error, get_store
 
@@ -25,7 +26,9 @@ def reset_buckets(tenant: Tenant) -> bool:
     """Forget ``tenant``'s buckets now; False (and a log line) when the store did not answer."""
     answer = get_store().reset(tenant.slug)
     if isinstance(answer, Error):
-        logger.warning("Could not reset the buckets of tenant %s: %s", tenant.slug, answer.reason)
+        log_event(
+            logger, "bucket_reset_failed", level=logging.WARNING, tenant=tenant.slug, reason=answer.reason
+        )
         return False
     return True
 

@@ -33,6 +33,7 @@ from datetime import datetime
 
 from django.conf import settings
 
+from ankusa_site.logs import log_event
 from limits.gcra import Limit
 from limits.models import Tenant
 from limits.quotas import effective_limits, max_body_bytes
@@ -144,12 +145,14 @@ def settle(claim: Claim, committed: bool, *, store: Store | None = None) -> bool
     answer = (store or get_store()).settle(claim, committed)
     if answer is not True:
         reason = answer.reason if isinstance(answer, Error) else "no longer held by this token"
-        logger.warning(
-            "Could not %s claim %s/%s of tenant %s: %s",
-            "commit" if committed else "release",
-            claim.source_id,
-            claim.key[:80],
-            claim.tenant,
-            reason,
+        log_event(
+            logger,
+            "claim_settle_failed",
+            level=logging.WARNING,
+            action="commit" if committed else "release",
+            tenant=claim.tenant,
+            source=claim.source_id,
+            event_key=claim.key[:200],
+            reason=reason,
         )
     return answer is True

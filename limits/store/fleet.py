@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ankusa_site.logs import log_event
 from limits.store.base import Charge, Claim, Error, Result, Store
 from limits.store.local import LocalStore
 from limits.store.redis import RedisStore
@@ -110,7 +111,7 @@ class FleetStore(Store):
                 return
             self._opened_at = None
             fallbacks = self.fallbacks
-        logger.info("Fleet store answers again: using Redis (%d calls answered locally so far).", fallbacks)
+        log_event(logger, "fleet_store_recovered", answered_locally_so_far=fallbacks)
 
     def _failed(self, reason: str) -> None:
         with self._lock:
@@ -121,8 +122,10 @@ class FleetStore(Store):
                     self._opened_at = self.clock()
                 return
             self._opened_at = self.clock()
-        logger.warning(
-            "Fleet store failing (%s): answering from this node's own state; probing Redis every %d ms.",
-            reason,
-            self.cooldown_ms,
+        log_event(
+            logger,
+            "fleet_store_failing",
+            level=logging.WARNING,
+            reason=reason,
+            probe_every_ms=self.cooldown_ms,
         )

@@ -103,7 +103,14 @@ def test_settling_a_claim_no_longer_held_is_logged(tenant, caplog):
     claim = new_claim(tenant, "src-1", "evt_9", "cmd-9")
     with caplog.at_level(logging.WARNING, logger="ankusa.limits"):
         assert settle(claim, committed=True, store=LocalStore()) is False
-    assert "Could not commit claim src-1/evt_9 of tenant acme: no longer held by this token" in caplog.text
+    [record] = caplog.records
+    assert (record.getMessage(), record.fields) == (
+        "claim_settle_failed",
+        {
+            "action": "commit", "tenant": "acme", "source": "src-1", "event_key": "evt_9",
+            "reason": "no longer held by this token",
+        },
+    )  # fmt: skip
 
 
 def test_setting_an_override_resets_the_tenants_buckets(tenant, django_capture_on_commit_callbacks):
@@ -131,7 +138,10 @@ def test_a_reset_the_store_cannot_make_is_logged_not_raised(tenant, caplog):
     with override_settings(ANKUSA_STORE_SCOPE="fleet", REDIS_URL=NOWHERE):
         with caplog.at_level(logging.WARNING, logger="ankusa.limits"):
             assert actions.reset_buckets(tenant) is False
-    assert "Could not reset the buckets of tenant acme: unreachable" in caplog.text
+    [record] = caplog.records
+    assert record.getMessage() == "bucket_reset_failed"
+    assert record.fields["tenant"] == "acme"
+    assert record.fields["reason"].startswith("unreachable: ConnectionRefusedError")
 
 
 def test_the_store_is_one_per_process_and_follows_the_settings():

@@ -126,14 +126,17 @@ def test_the_fleet_store_falls_back_opens_its_breaker_and_closes_it_when_redis_r
         assert store.stats()["breaker"] == "closed"
         assert isinstance(store.hit(charges()), Ok)
 
-    switches = [(record.levelname, record.getMessage()) for record in caplog.records]
+    switches = [(record.levelname, record.getMessage(), record.fields) for record in caplog.records]
     assert switches == [
         (
             "WARNING",
-            "Fleet store failing (unreachable: ConnectionRefusedError: [Errno 111] Connection refused): "
-            "answering from this node's own state; probing Redis every 2000 ms.",
+            "fleet_store_failing",
+            {
+                "reason": "unreachable: ConnectionRefusedError: [Errno 111] Connection refused",
+                "probe_every_ms": 2000,
+            },
         ),
-        ("INFO", "Fleet store answers again: using Redis (21 calls answered locally so far)."),
+        ("INFO", "fleet_store_recovered", {"answered_locally_so_far": 21}),
     ]
 
 
