@@ -140,9 +140,16 @@ def admit(
     return Admission(result)
 
 
-def settle(claim: Claim, committed: bool, *, store: Store | None = None) -> bool:
-    """Commit (the command is durable) or release (its commit failed) the claim; best effort."""
-    answer = (store or get_store()).settle(claim, committed)
+def settle(
+    claim: Claim, committed: bool, *, command_id: str | int | None = None, store: Store | None = None
+) -> bool:
+    """Commit (the command is durable) or release (its commit failed) the claim; best effort.
+
+    ``command_id``: the id a duplicate is answered with from now on, when it differs from the one
+    the claim was made with (a row id known only after the insert).
+    """
+    command_id = None if command_id is None else str(command_id)
+    answer = (store or get_store()).settle(claim, committed, command_id=command_id)
     if answer is not True:
         reason = answer.reason if isinstance(answer, Error) else "no longer held by this token"
         log_event(

@@ -125,8 +125,14 @@ class Store(abc.ABC):
         """Charge every bucket and claim the key, in one call; see the module docstring."""
 
     @abc.abstractmethod
-    def settle(self, claim: Claim, committed: bool, timeout_ms: int | None = None) -> bool | Error:
-        """Commit (keep ``ttl_ms``) or release the claim; False when ``claim.token`` no longer holds it."""
+    def settle(
+        self, claim: Claim, committed: bool, timeout_ms: int | None = None, *, command_id: str | None = None
+    ) -> bool | Error:
+        """Commit (keep ``ttl_ms``) or release the claim; False when ``claim.token`` no longer holds it.
+
+        ``command_id``, when committing, replaces the id given at claim time: what a ``Duplicate``
+        answers from then on (the stored row's id, when it is only known after the insert).
+        """
 
     @abc.abstractmethod
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:

@@ -68,12 +68,14 @@ class FleetStore(Store):
             self.fallbacks += 1
         return self.local.hit(charges, claim)
 
-    def settle(self, claim: Claim, committed: bool, timeout_ms: int | None = None) -> bool | Error:
-        if self.local.settle(claim, committed):
+    def settle(
+        self, claim: Claim, committed: bool, timeout_ms: int | None = None, *, command_id: str | None = None
+    ) -> bool | Error:
+        if self.local.settle(claim, committed, command_id=command_id):
             return True
         if not self._may_ask_fleet():
             return Error("fleet store unavailable (circuit open)")
-        result = self.fleet.settle(claim, committed, timeout_ms)
+        result = self.fleet.settle(claim, committed, timeout_ms, command_id=command_id)
         if isinstance(result, Error):
             self._failed(result.reason)
         else:

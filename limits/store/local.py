@@ -88,7 +88,9 @@ class LocalStore(Store):
             self._tats.update(zip(buckets, verdict.tats, strict=True))
             return Ok(debts)
 
-    def settle(self, claim: Claim, committed: bool, timeout_ms: int | None = None) -> bool:
+    def settle(
+        self, claim: Claim, committed: bool, timeout_ms: int | None = None, *, command_id: str | None = None
+    ) -> bool:
         with self._lock:
             now = self.clock()
             self._expire(now)
@@ -96,7 +98,9 @@ class LocalStore(Store):
             if held is None or held.token != claim.token:
                 return False
             if committed:
-                self._hold(claim, _Held(True, now + claim.ttl_ms * 1000, held.token, held.command_id))
+                self._hold(
+                    claim, _Held(True, now + claim.ttl_ms * 1000, held.token, command_id or held.command_id)
+                )
             else:
                 del self._claims[_claim_key(claim)]
             return True

@@ -112,7 +112,8 @@ return {0, '', unpack(debts)}
 """
 )
 
-# KEYS[1]: the claim. ARGV: now ('' = TIME), token, '1' commit / '0' release, ttl (ms).
+# KEYS[1]: the claim. ARGV: now ('' = TIME), token, '1' commit / '0' release, ttl (ms), the command
+# id to keep ('' = the one given at claim time).
 SETTLE_SCRIPT = (
     _NOW
     + """
@@ -123,6 +124,7 @@ local expires, token, id = string.match(held, '^%a|(%d+)|([^|]*)|(.*)$')
 if token ~= ARGV[2] or tonumber(expires) <= now then return 0 end
 if ARGV[3] == '1' then
   local ttl = tonumber(ARGV[4])
+  if ARGV[5] ~= '' then id = ARGV[5] end
   redis.call('SET', KEYS[1], 'c|' .. string.format('%d', now + ttl * 1000) .. '|' .. token .. '|' .. id, 'PX', ttl)
 else
   redis.call('DEL', KEYS[1])
@@ -302,8 +304,10 @@ class RedisStore(Store):
             return RateLimited(value, tuple(debts))
         return Exceeds(charges[value - 1].kind)
 
-    def settle(self, claim: Claim, committed: bool, timeout_ms: int | None = None) -> bool | Error:
-        args = [self._now_arg(), claim.token, "1" if committed else "0", claim.ttl_ms]
+    def settle(
+        self, claim: Claim, committed: bool, timeout_ms: int | None = None, *, command_id: str | None = None
+    ) -> bool | Error:
+        args = [self._now_arg(), claim.token, "1" if committed else "0", claim.ttl_ms, command_id or ""]
         reply = self._eval(_SETTLE, [self.claim_key(claim)], args, timeout_ms)
         return reply if isinstance(reply, Error) else reply == 1
 

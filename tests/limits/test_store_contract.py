@@ -118,6 +118,12 @@ def test_a_committed_claim_refuses_duplicates_for_its_ttl(store, clock):
     assert store.hit([], claim(token="tok-b")) == Ok(())
 
 
+def test_committing_may_name_the_id_a_duplicate_answers_with(store):
+    store.hit([], claim(command_id="pending-1"))
+    assert store.settle(claim(), committed=True, command_id="delivery-42") is True
+    assert store.hit([], claim(token="tok-b")) == Duplicate("delivery-42")
+
+
 def test_claims_are_scoped_by_tenant(store):
     store.hit([], claim())
     assert store.hit([], claim(tenant="other", token="tok-b")) == Ok(())
