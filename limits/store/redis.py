@@ -357,5 +357,5 @@ class RedisStore(Store):
             return self._pool.run(commands, at)[-1]
         except (StoreTimeout, TimeoutError):
             return Error(f"timeout: no answer within {budget_ms} ms")
-        except OSError as exc:
+        except (OSError, hiredis.HiredisError) as exc:  # HiredisError: a reply that is not RESP
             return Error(f"unreachable: {type(exc).__name__}: {exc}"[:200])

@@ -10,7 +10,9 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import socket
 import statistics
+import threading
 import time
 
 import pytest
@@ -193,3 +195,22 @@ def test_a_password_protected_redis_is_reached_with_the_urls_password(start_priv
     wrong = RedisStore(server.url.replace("s3cret", "wrong"), timeout_ms=1000).hit(charges())
     assert isinstance(wrong, Error)
     assert wrong.reason.startswith("unreachable: ConnectionError: handshake refused: WRONGPASS")
+
+
+def test_a_server_that_does_not_speak_redis_is_an_error_not_an_exception():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def answer_garbage():
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        thread = threading.Thread(target=answer_garbage)
+        thread.start()
+        answer = RedisStore(f"redis://127.0.0.1:{server.getsockname()[1]}/0", timeout_ms=1000).hit(charges())
+        thread.join()
+    assert isinstance(answer, Error)
+    assert answer.reason.startswith("unreachable: ProtocolError")
