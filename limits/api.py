@@ -119,18 +119,26 @@ class OverrideInput(serializers.Serializer):
     reason = serializers.CharField(max_length=500, allow_blank=True, required=False, default="")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
-    def validate(self, attrs):
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return attrs
-
     def to_internal_value(self, data):
+        """Every problem at once: a typo'd field name is reported with the field it left missing."""
+        errors = {}
         if isinstance(data, dict):
-            for name in ("rate", "burst"):
-                if isinstance(data.get(name), bool):
-                    raise serializers.ValidationError({name: ["Must be a number."]})
-        return super().to_internal_value(data)
+            errors = {name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))}
+            # JSON true is not a rate: DRF's FloatField would read it as 1.0.
+            errors.update(
+                {
+                    name: ["Must be a number."]
+                    for name in ("rate", "burst")
+                    if isinstance(data.get(name), bool)
+                }
+            )
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError({**exc.detail, **errors}) from None
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
 
 
 class TenantLimit(StaffAPIView):

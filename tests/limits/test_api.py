@@ -108,6 +108,7 @@ def test_delete_removes_the_override(api, tenant):
     ("body", "detail"),
     [
         ({"rate": 1, "burst": 1, "tier": "gold"}, "tier: Unknown field."),
+        ({"rate": 1, "brust": 5}, "burst: This field is required.; brust: Unknown field."),
         ({"rate": 0, "burst": 1}, "rate: must be greater than 0."),
         ({"rate": -2, "burst": 1}, "rate: must be greater than 0."),
         ({"rate": 1, "burst": 0}, "burst: must be at least 1."),
