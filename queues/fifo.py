@@ -45,6 +45,8 @@ from typing import Any, Literal
 from django.conf import settings
 from django.utils import timezone
 
+from ankusa_site.logs import log_event
+
 Kind = Literal["main", "busy", "failed"]
 KINDS: tuple[Kind, ...] = ("main", "busy", "failed")
 Action = Literal["requeue", "fail", "drop"]
@@ -278,7 +280,9 @@ class ReliableFIFO(abc.ABC):
             callback(item)
         except Exception as exc:  # noqa: BLE001 - a failing item must not stop the consumer
             error = f"{type(exc).__name__}: {exc}"
-            logger.warning("queue %s: item %s failed in consume: %s", self.name, item.id, error)
+            log_event(
+                logger, "queue_item_failed", level=logging.WARNING, queue=self.name, item=item.id, error=error
+            )
             if on_error == "requeue":
                 self.requeue(item, error=error)
             elif on_error == "fail":
@@ -295,13 +299,16 @@ class ReliableFIFO(abc.ABC):
             return  # the usual case, decided without building sets
         skipped = sorted(set(wanted) - set(held))
         if skipped:
-            logger.warning(
-                "queue %s: %s skipped %d item(s) no longer held by this claim (expired and "
-                "recovered, or already finished): %s",
-                self.name,
-                operation,
-                len(skipped),
-                skipped[:20],
+            # Someone else holds these items now (their claim expired and recovery handed them
+            # out again), or they were finished already: this call did nothing to them.
+            log_event(
+                logger,
+                "queue_claim_lost",
+                level=logging.WARNING,
+                queue=self.name,
+                operation=operation,
+                skipped=len(skipped),
+                ids=skipped[:20],
             )
 
 
@@ -354,7 +361,7 @@ def _install_stop_handlers(stop: threading.Event) -> dict[int, Any]:
         return {}
 
     def handler(signum, frame):
-        logger.info("queue consumer: signal %s, stopping after the item in hand", signum)
+        log_event(logger, "queue_consumer_stopping", signal=signal.Signals(signum).name)
         stop.set()
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -20,6 +20,10 @@ from queues.fifo import Item
 pytestmark = pytest.mark.django_db
 
 
+def lost_claims(log) -> list[dict]:
+    return [record.fields for record in log.records if getattr(record, "event", "") == "queue_claim_lost"]
+
+
 def in_thread(function, *args):
     """``function(*args)`` for another thread, closing that thread's database connection after."""
 
@@ -149,8 +153,7 @@ def test_done_twice_finishes_once(queue, queue_log):
     (item,) = queue.claim()
     assert queue.done(item) == 1
     assert queue.done(item) == 0
-    assert "done skipped 1 item(s) no longer held by this claim" in queue_log.text
-    assert str(item.id) in queue_log.text
+    assert lost_claims(queue_log) == [{"queue": "jobs", "operation": "done", "skipped": 1, "ids": [item.id]}]
 
 
 def test_done_of_an_item_not_claimed_is_a_noop(queue):
@@ -172,7 +175,12 @@ def test_done_after_expiry_and_a_new_claim_is_a_noop_that_reports_it(queue, cloc
     assert queue.fail(stale, "late") is False
     assert queue.unclaim(stale) == 0
     assert queue.peek("busy") == [fresh]
-    assert "done skipped 1 item(s)" in queue_log.text
+    assert [fields["operation"] for fields in lost_claims(queue_log)] == [
+        "done",
+        "requeue",
+        "fail",
+        "unclaim",
+    ]
     assert queue.done(fresh) == 1
     assert queue.length("busy") == 0
 
@@ -184,7 +192,9 @@ def test_done_and_claim_finishes_items_and_claims_the_next_in_order(queue, queue
     assert [item.payload for item in second] == ["c", "d"]
     assert queue.peek("busy", 5) == second
     assert queue.done_and_claim(*first, *second) == []
-    assert "done skipped 2 item(s)" in queue_log.text
+    assert lost_claims(queue_log) == [
+        {"queue": "jobs", "operation": "done", "skipped": 2, "ids": sorted(item.id for item in first)}
+    ]
     assert (queue.length("main"), queue.length("busy")) == (0, 0)
 
 
