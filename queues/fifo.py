@@ -324,11 +324,6 @@ def clip_error(error: str) -> str:
     return str(error)[:MAX_ERROR_CHARS]
 
 
-def tokens_of(items: Iterable[Item | int]) -> list[tuple[int, int | None]]:
-    """``(id, claims)`` for each item; ``claims`` is None for a bare id (no claim check)."""
-    return [(item.id, item.claims) if isinstance(item, Item) else (int(item), None) for item in items]
-
-
 def ids_of(items: Iterable[Item | int]) -> list[int]:
     return [item.id if isinstance(item, Item) else int(item) for item in items]
 

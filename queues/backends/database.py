@@ -36,7 +36,6 @@ from queues.fifo import (
     ReliableFIFO,
     clip_error,
     encode_payload,
-    tokens_of,
 )
 from queues.models import QueueItem
 
@@ -137,7 +136,7 @@ class DatabaseFIFO(ReliableFIFO):
         return [_item(row) for row in rows]
 
     def done(self, *items: Item | int) -> int:
-        tokens = tokens_of(items)
+        tokens = _tokens(items)
         with self._atomic():
             held = [row.pk for row in self._held(tokens)]
             if held:
@@ -155,7 +154,7 @@ class DatabaseFIFO(ReliableFIFO):
         return self._release("unclaim", items, front=True)
 
     def _release(self, mode: str, items, *, error: str = "", front: bool = False) -> int:
-        tokens = tokens_of(items)
+        tokens = _tokens(items)
         with self._atomic():
             rows = self._held(tokens)
             self._move(rows, mode, error=error, front=front, now=self.clock())
@@ -287,6 +286,11 @@ class DatabaseFIFO(ReliableFIFO):
 
     def flush(self) -> int:
         return self._rows().delete()[0]
+
+
+def _tokens(items) -> list[tuple[int, int | None]]:
+    """``(id, claims)`` for each item; ``claims`` is None for a bare id (no claim check)."""
+    return [(item.id, item.claims) if isinstance(item, Item) else (int(item), None) for item in items]
 
 
 def _json(payload: Any) -> Any:
