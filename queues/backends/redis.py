@@ -17,7 +17,8 @@ the same id. The hot path touches each item a handful of times and never rewrite
 a claim is LPOP + HMGET + ZADD, a done ZMSCORE + ZREM + HDEL, whatever the batch size. A claim's
 token is its claim time (the busy score, to the microsecond): done/requeue/fail/unclaim of an
 ``Item`` act only while the busy score is still that claim's, so a claim that expired and was
-taken over cannot be finished twice. ``done`` and recovery use the sorted set by member and by
+taken over cannot be finished twice. (Two claims of one item in the same microsecond would share
+a token; one clock cannot produce them, nodes whose clocks disagree only by sheer coincidence.) ``done`` and recovery use the sorted set by member and by
 score range, never a scan of busy: the seed's list design (``RPOPLPUSH`` + ``LREM``) slows down
 linearly with the busy list, this does not.
 

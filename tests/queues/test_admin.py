@@ -110,3 +110,11 @@ def test_the_overview_needs_staff(client, db):
     response = client.get(reverse("admin:queues_overview"))
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]
+
+
+def test_search_by_id_and_a_non_number_finds_nothing(staff, jobs):
+    pk = QueueItem.objects.order_by("id").values_list("id", flat=True)[0]
+    assert staff.get(reverse(CHANGELIST), {"q": str(pk)}).content.decode().count('class="action-select"') == 1
+    response = staff.get(reverse(CHANGELIST), {"q": "abc"})
+    assert response.status_code == 200
+    assert response.content.decode().count('class="action-select"') == 0
