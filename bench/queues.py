@@ -145,8 +145,8 @@ def ping_rate(client, count: int) -> float:
 
 
 def bench_redis(client, quick: bool) -> dict:
-    rounds = 3 if quick else 5
-    items = 2_000 if quick else 5_000
+    rounds = 4 if quick else 10
+    items = 2_000 if quick else 3_000
     ours, ref = RedisFIFO(f"{TAG}-b100", client=client), ListFIFO(client, f"{TAG}-ref-b100")
     ours_b100, ref_b100 = best(
         rounds, lambda: drain_rate(ours, items, 100), lambda: drain_rate(ref, items, 100)
