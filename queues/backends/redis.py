@@ -487,57 +487,56 @@ def _spec(tokens: dict[int, int | str]) -> str:
     return " ".join(f"{pk}:{token}" for pk, token in tokens.items())
 
 
+def _claimed(found: list[list[bytes]], now: datetime) -> list[Item]:
+    """Items from a claim's ``[ids, records]``."""
+    if not found:
+        return []
+    ids, records = found
+    return _items(ids, records, [now] * len(ids))
+
+
+def _peeked(found: list[bytes]) -> list[Item]:
+    """Items from a flat ``id, record, claim time ('' when not busy)`` list."""
+    moments = _Moments()
+    claimed = [moments(score) if score else None for score in found[2::3]]
+    return _items(found[0::3], found[1::3], claimed)
+
+
+def _items(ids: list[bytes], records: list[bytes], claimed: list[datetime | None]) -> list[Item]:
+    """Items from their records (see the module docstring), all payloads parsed in one call: this
+    is most of a batch claim's time in Python."""
+    moments = _Moments()
+    fields = [record.split(b":", 6) for record in records]
+    payloads = json.loads(b"[" + b",".join(_payload(field) for field in fields) + b"]")
+    return [
+        Item(
+            int(pk),
+            payload,
+            moments(enqueued),
+            claimed_at,
+            int(requeues),
+            int(fails),
+            "" if length == b"0" else rest[: int(length)].decode("utf-8", "replace"),
+            int(ended) + (claimed_at is not None),  # this claim's number, while it lasts
+            None if failed == b"0" else moments(failed),
+        )
+        for pk, (enqueued, ended, requeues, fails, failed, length, rest), payload, claimed_at in zip(
+            ids, fields, payloads, claimed, strict=True
+        )
+    ]
+
+
+def _payload(field: list[bytes]) -> bytes:
+    """The payload JSON of a split record: what follows the error text."""
+    return field[6] if field[5] == b"0" else field[6][int(field[5]) :]
+
+
 class _Moments(dict):
     """Microsecond timestamps to datetimes, each distinct value converted once (the items of one
-    enqueue share theirs): building items is most of a batch claim's time in Python."""
+    enqueue share theirs)."""
 
     def __missing__(self, raw: bytes) -> datetime:
         moment = self[raw] = from_micros(raw)
         return moment
 
     __call__ = dict.__getitem__
-
-
-def _claimed(found: list[list[bytes]], now: datetime) -> list[Item]:
-    """Items from a claim's ``[ids, records]``; all payloads parsed in one call."""
-    if not found:
-        return []
-    ids, records = found
-    moments = _Moments()
-    parts = [_split(record) for record in records]
-    payloads = json.loads(b"[" + b",".join(part[-1] for part in parts) + b"]")
-    return [
-        _item(pk, part, payload, now, moments) for pk, part, payload in zip(ids, parts, payloads, strict=True)
-    ]
-
-
-def _peeked(found: list[bytes]) -> list[Item]:
-    """Items from a flat ``id, record, claim time ('' when not busy)`` list."""
-    moments = _Moments()
-    items = []
-    for pk, record, score in zip(found[0::3], found[1::3], found[2::3], strict=True):
-        part = _split(record)
-        items.append(_item(pk, part, json.loads(part[-1]), moments(score) if score else None, moments))
-    return items
-
-
-def _split(record: bytes) -> tuple[bytes, ...]:
-    """A record's fields: enqueued, claims ended, requeues, fails, failed, error, payload JSON."""
-    enqueued, ended, requeues, fails, failed, length, rest = record.split(b":", 6)
-    size = int(length)
-    return enqueued, ended, requeues, fails, failed, rest[:size], rest[size:]
-
-
-def _item(pk: bytes, part: tuple, payload: Any, claimed_at: datetime | None, moments: _Moments) -> Item:
-    enqueued, ended, requeues, fails, failed, error, _ = part
-    return Item(
-        int(pk),
-        payload,
-        moments(enqueued),
-        claimed_at,
-        int(requeues),
-        int(fails),
-        error.decode("utf-8", "replace") if error else "",
-        int(ended) + (claimed_at is not None),  # this claim's number, while it lasts
-        None if failed == b"0" else moments(failed),
-    )

@@ -280,6 +280,14 @@ def test_fail_of_an_item_not_busy_returns_false(queue):
     assert queue.length("failed") == 0
 
 
+def test_an_error_with_separators_and_unicode_comes_back_verbatim(queue):
+    error = 'HTTP 503: "upstream: down" 12:30 — réessayer\nline two'
+    queue.enqueue({"k": "v:1"})
+    queue.requeue(*queue.claim(), error=error)
+    (item,) = queue.claim()
+    assert (item.last_error, item.payload) == (error, {"k": "v:1"})
+
+
 def test_a_long_error_is_cut(queue):
     queue.enqueue("a")
     queue.fail(*queue.claim(), "x" * 10_000)
