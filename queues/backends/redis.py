@@ -18,9 +18,10 @@ a claim is LPOP + HMGET + ZADD, a done ZMSCORE + ZREM + HDEL, whatever the batch
 token is its claim time (the busy score, to the microsecond): done/requeue/fail/unclaim of an
 ``Item`` act only while the busy score is still that claim's, so a claim that expired and was
 taken over cannot be finished twice. (Two claims of one item in the same microsecond would share
-a token; one clock cannot produce them, nodes whose clocks disagree only by sheer coincidence.) ``done`` and recovery use the sorted set by member and by
-score range, never a scan of busy: the seed's list design (``RPOPLPUSH`` + ``LREM``) slows down
-linearly with the busy list, this does not.
+a token: a real clock does not produce them, nodes whose clocks disagree only by coincidence.)
+``done`` and recovery use the sorted set by member and by score range, never a scan of busy:
+the seed's list design (``RPOPLPUSH`` + ``LREM``) slows down linearly with the busy list, this
+does not.
 
 Times (claim, failure, enqueue) come from the caller's clock, passed into the scripts as
 microseconds, so tests can move time and every backend reads the same clock.
