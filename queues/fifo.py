@@ -141,21 +141,28 @@ class ReliableFIFO(abc.ABC):
         self.done(*items)
         return self.claim(n, wait)
 
-    @abc.abstractmethod
     def fail(self, item: Item | int, error: str) -> bool:
         """Move a busy item to failed with ``error``; False when it was no longer held."""
+        return self._release("fail", [item], error=error) == 1
 
-    @abc.abstractmethod
     def requeue(self, *items: Item | int, front: bool = False, error: str = "") -> int:
         """Put busy items back at the tail (or the head), counting towards ``requeue_limit``.
 
         An item already requeued ``requeue_limit`` times goes to failed instead, keeping ``error``.
         Returns how many items were still held (and so moved, to main or to failed).
         """
+        return self._release("requeue", items, error=error, front=front)
 
-    @abc.abstractmethod
     def unclaim(self, *items: Item | int) -> int:
         """Put busy items back at the head in the given order, uncounted (work not started)."""
+        return self._release("unclaim", items, front=True)
+
+    @abc.abstractmethod
+    def _release(
+        self, mode: str, items: Iterable[Item | int], *, error: str = "", front: bool = False
+    ) -> int:
+        """Move the items still held out of busy: ``fail``, ``requeue`` (to failed past the limit)
+        or ``unclaim``, at the head when ``front``; returns how many were held."""
 
     # --- recovery and the failed list ---------------------------------------------------------------
 

@@ -388,15 +388,6 @@ class RedisFIFO(ReliableFIFO):
         claimed = _claimed(found, now)
         return claimed if claimed or wait <= 0 else self.claim(n, wait)
 
-    def fail(self, item: Item | int, error: str) -> bool:
-        return self._release("fail", [item], error=error) == 1
-
-    def requeue(self, *items: Item | int, front: bool = False, error: str = "") -> int:
-        return self._release("requeue", items, error=error, front=front)
-
-    def unclaim(self, *items: Item | int) -> int:
-        return self._release("unclaim", items, front=True)
-
     def _release(self, mode: str, items, *, error: str = "", front: bool = False) -> int:
         tokens = _tokens(items)
         if not tokens:
