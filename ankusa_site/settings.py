@@ -168,6 +168,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
     "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "ankusa_site.api.json_errors",
 }
 
 SPECTACULAR_SETTINGS = {

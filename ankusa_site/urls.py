@@ -1,7 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views import defaults
 
 from ankusa_site import health
+from ankusa_site.api import error, wants_json
 
 admin.site.site_header = "Ankusa"
 admin.site.site_title = "Ankusa"
@@ -16,3 +18,15 @@ urlpatterns = [
     path("api/v1/", include("queues.api_urls")),
     path("api/v1/", include("commands.api_urls")),
 ]
+
+
+def handler404(request, exception=None):
+    if wants_json(request):
+        return error("not_found", f"No endpoint at {request.path}.", 404)
+    return defaults.page_not_found(request, exception)
+
+
+def handler500(request):
+    if wants_json(request):
+        return error("server_error", "The server failed to answer; the error was logged.", 500)
+    return defaults.server_error(request)

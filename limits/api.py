@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
-from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from rest_framework import exceptions, serializers, status
@@ -21,7 +20,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import APIView
 
 from limits import actions
 from limits.models import Kind, LimitOverride, Tenant
@@ -31,28 +30,8 @@ from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
 MAX_PUT_BYTES = 4096
 
 
-def json_errors(exc, context):
-    """DRF's handler, reshaped into ``{"error": code, "detail": text}``."""
-    if isinstance(exc, Http404):
-        exc = exceptions.NotFound(str(exc) or "Not found.")
-    response = exception_handler(exc, context)
-    if response is None:
-        return None
-    code = getattr(exc, "default_code", "error")
-    if isinstance(exc, exceptions.ValidationError):
-        fields = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-        text = "; ".join(f"{name}: {' '.join(map(str, msgs))}" for name, msgs in fields.items())
-        response.data = {"error": code, "detail": text, "fields": fields}
-    else:
-        response.data = {"error": code, "detail": str(exc.detail)}
-    return response
-
-
 class StaffAPIView(APIView):
     permission_classes = [IsAdminUser]
-
-    def get_exception_handler(self):
-        return json_errors
 
 
 def limit_fields(effective: EffectiveLimit) -> dict:

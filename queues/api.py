@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import APIView
 
 from queues.actions import overview
 from queues.fifo import NAME_PATTERN, ReliableFIFO, get_queue
@@ -37,24 +37,8 @@ class BackendUnavailable(exceptions.APIException):
     default_code = "backend_unavailable"
 
 
-def json_errors(exc, context):
-    """DRF's handler, reshaped into ``{"error": code, "detail": text}``."""
-    response = exception_handler(exc, context)
-    if response is not None:
-        detail = exc.detail
-        if isinstance(detail, dict):
-            detail = "; ".join(f"{field}: {' '.join(map(str, errors))}" for field, errors in detail.items())
-        elif isinstance(detail, list):
-            detail = " ".join(map(str, detail))
-        response.data = {"error": getattr(exc, "default_code", "error"), "detail": str(detail)}
-    return response
-
-
 class QueueView(APIView):
     permission_classes = [IsAdminUser]
-
-    def get_exception_handler(self):
-        return json_errors
 
     def handle_exception(self, exc):
         if isinstance(exc, RedisError | DatabaseError):

@@ -98,7 +98,8 @@ def test_remove_failed_all_or_older_than(api, failed_jobs):
 def test_bad_input_is_a_400_with_a_json_error(api, failed_jobs, body, detail):
     response = api.post("/api/v1/queues/jobs/requeue-failed/", body, format="json")
     assert response.status_code == 400
-    assert response.json() == {"error": "invalid", "detail": detail}
+    body = response.json()
+    assert {"error": body["error"], "detail": body["detail"]} == {"error": "invalid", "detail": detail}
     assert failed_jobs.length("failed") == 3
 
 
@@ -119,13 +120,18 @@ def test_an_oversized_body_is_a_400(api, db):
     body = '{"older_than_s": 1' + " " * 5000 + "}"
     response = api.post("/api/v1/queues/jobs/remove-failed/", body, content_type="application/json")
     assert response.status_code == 400
-    assert response.json() == {"error": "invalid", "detail": "body: At most 4096 bytes."}
+    assert response.json() == {
+        "error": "invalid",
+        "detail": "body: At most 4096 bytes.",
+        "fields": {"body": ["At most 4096 bytes."]},
+    }
 
 
 def test_a_bad_queue_name_or_backend_is_a_400(api, db):
     assert api.get("/api/v1/queues/a%7Bb%7D/").json() == {
         "error": "invalid",
         "detail": "name: Use 1 to 64 letters, digits, '_', '.' or '-'.",
+        "fields": {"name": ["Use 1 to 64 letters, digits, '_', '.' or '-'."]},
     }
     assert api.get("/api/v1/queues/jobs/?backend=kafka").status_code == 400
 
