@@ -227,16 +227,18 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- logs ---------------------------------------------------------------------------------------
 
+ANKUSA_LOG_FORMAT = env_choice("ANKUSA_LOG_FORMAT", "text", ("text", "json"))
 ANKUSA_LOG_LEVEL = env_choice("ANKUSA_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "text": {"()": "ankusa_site.logs.TextFormatter"},
+        "json": {"()": "ankusa_site.logs.JsonFormatter"},
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "text"},
+        "console": {"class": "logging.StreamHandler", "formatter": ANKUSA_LOG_FORMAT},
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {

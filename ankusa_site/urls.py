@@ -9,6 +9,7 @@ admin.site.index_title = "Operations"
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     # Each app owns its REST endpoints in <app>/api_urls.py.
     path("api/v1/", include("limits.api_urls")),

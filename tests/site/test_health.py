@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -84,3 +85,29 @@ def test_healthz_is_503_naming_the_database_when_it_is_down(database_url, servic
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer["status"] == 503
     assert "database" in answer["body"]["failing"]
+
+
+def test_readyz_is_200_when_the_database_answers_and_migrations_are_applied(client, db):
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["failing"] == []
+
+
+@pytest.mark.slow
+def test_readyz_is_503_naming_the_unapplied_migrations(service_env, tmp_path):
+    # A fresh SQLite file that nobody migrated: the database answers, the schema is not there.
+    env = {**service_env, "DATABASE_URL": f"sqlite:///{tmp_path}/empty.sqlite3"}
+    probe = PROBE.replace("/healthz", "/readyz")
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["status"] == 503
+    assert answer["body"]["failing"] == ["migrations"]
+    assert re.match(r"^\d+ unapplied: \w+\.0001_initial", answer["body"]["checks"]["migrations"]["error"])
