@@ -1,7 +1,9 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
 from ankusa_site import health
+from commands.views import demo_receiver
 
 admin.site.site_header = "Ankusa"
 admin.site.site_title = "Ankusa"
@@ -16,3 +18,7 @@ urlpatterns = [
     path("api/v1/", include("queues.api_urls")),
     path("api/v1/", include("commands.api_urls")),
 ]
+
+if settings.DEBUG:
+    # The receiver of the demo's http connector (manage.py demo); never part of a production site.
+    urlpatterns.append(path("demo/receiver/", demo_receiver, name="demo-receiver"))

@@ -24,7 +24,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, URLValidator
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -77,7 +77,7 @@ class Connector(models.Model):
         help_text="Declare only when the receiver treats two sends of one command as one instruction "
         "(it dedupes on the Idempotency-Key header). Only then are failed commands retried.",
     )
-    url = models.URLField(max_length=2000, blank=True)
+    url = models.CharField(max_length=2000, blank=True, validators=[URLValidator(schemes=["http", "https"])])
     method = models.CharField(max_length=8, choices=HTTP_METHODS, default="POST")
     headers = models.JSONField(default=dict, blank=True, validators=[validate_headers])
     connect_timeout_s = models.FloatField(
@@ -227,6 +227,12 @@ class Command(models.Model):
 
     def __str__(self) -> str:
         return f"command {self.pk} ({self.state})"
+
+    def clean(self) -> None:
+        if self.connector_id and self.tenant_id and self.connector.tenant_id != self.tenant_id:
+            raise ValidationError({"connector": "The connector belongs to another tenant."})
+        if self.source_id and self.tenant_id and self.source.tenant_id != self.tenant_id:
+            raise ValidationError({"source": "The source belongs to another tenant."})
 
 
 class Attempt(models.Model):

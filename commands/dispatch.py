@@ -1,0 +1,464 @@
+"""The dispatch loop: sweep, consume, recover — one round, run by ``manage.py dispatch`` or Celery.
+
+* **sweep** — every due command (``approved``, or ``failed`` and due) goes through
+  ``retry.decide``. Taken: ``→ queued`` by a conditional update and one item on the ``commands``
+  queue. Skipped: the reason is written on the command and it stays where it is; a reason only a
+  person can change (``never``, ``not-idempotent``, ...) parks it outside the sweep's query.
+* **consume** — claim items, move the command ``queued → dispatching`` (conditional on the attempt
+  number the sweep gave it) together with a new ``Attempt`` row, send it through its adapter, then
+  write the outcome and the next state, and mark the item done. Sends run in a bounded pool of
+  threads (``ANKUSA_DISPATCH_CONCURRENCY``) with a cap per connector
+  (``ANKUSA_DISPATCH_PER_CONNECTOR``), because a send waits on the receiver, not on us.
+* **recover** — a command still ``dispatching`` longer than the visibility timeout lost its worker
+  (the system check E002 keeps a live send shorter than that): it becomes ``failed`` with **no**
+  outlook, because nobody knows whether it went out, so a non-idempotent connector is never sent
+  twice by the machine. Queue items claimed that long ago go back to the queue. A command
+  ``queued`` with no item left (lost between its commit and its enqueue) gets a new item.
+
+Why nothing is ever sent twice by the loop: a send happens only after winning
+``queued → dispatching`` for attempt *n*, and a command reaches ``queued`` for attempt *n* only
+through one decision. A stale or duplicate queue item finds the command no longer ``queued`` at
+attempt *n − 1* and is dropped. Several dispatch processes (or Celery workers) can therefore run at
+once, and an item handed out twice costs a no-op, not a second send.
+
+What is not guaranteed: the per-connector cap is per process (N processes send up to N × the cap
+to one receiver); a command whose worker dies mid-send waits for a person even if the receiver
+never saw it — that is the price of never sending a non-idempotent command twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as stdlib_queue
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.utils import timezone
+
+from commands import adapters, retry
+from commands.models import Attempt, Command
+from commands.states import Event, State, dispatchable
+from queues.fifo import Item, ReliableFIFO, get_queue
+
+logger = logging.getLogger("ankusa.commands.dispatch")
+
+QUEUE_NAME = "commands"
+WORKER_LOST = "WorkerLost"
+WORKER_LOST_DETAIL = "the dispatch worker stopped during the send; whether it went out is unknown"
+# How long the consume loop waits for a send to finish before it looks at the stop flag again.
+POLL_S = 0.2
+
+
+def commands_queue() -> ReliableFIFO:
+    return get_queue(QUEUE_NAME)
+
+
+def item_payload(command_id: int, attempt: int) -> dict:
+    """What a queue item carries: the command and the attempt number the sweep decided on."""
+    return {"command": command_id, "attempt": attempt}
+
+
+def enqueue_with_commit(queue: ReliableFIFO, payloads: list[dict]) -> None:
+    """Enqueue as part of the surrounding transaction.
+
+    The database queue joins it, so the state change and the item commit together. Any other
+    backend is written after the commit, so no worker sees a command before it is queued; a
+    crash in between leaves the command ``queued`` without an item, which :func:`recover` repairs.
+    """
+    if not payloads:
+        return
+    if queue.backend == "database":
+        queue.enqueue(*payloads)
+    else:
+        transaction.on_commit(lambda: queue.enqueue(*payloads))
+
+
+def decide_for(row: dict, now: datetime) -> retry.Decision:
+    """The retry decision for a command read as a dict (``state``, ``last_outlook``, ...)."""
+    return retry.decide(
+        dispatchable=dispatchable(row["state"]),
+        outlook=row["last_outlook"] or None,
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        idempotent=row["connector__idempotent"],
+        now=now,
+    )
+
+
+DECISION_FIELDS = ("id", "state", "last_outlook", "attempts", "next_attempt_at", "connector__idempotent")
+
+
+# --- sweep ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepSummary:
+    taken: int = 0
+    skipped: Counter = field(default_factory=Counter)
+
+
+def sweep(
+    now: datetime | None = None, *, batch: int | None = None, queue: ReliableFIFO | None = None
+) -> SweepSummary:
+    """Decide on every due command: queue the taken ones, write the reason on the others."""
+    now = now or timezone.now()
+    batch = batch or settings.ANKUSA_DISPATCH_BATCH
+    queue = queue or commands_queue()
+    summary = SweepSummary()
+    after = 0
+    while True:
+        rows = list(
+            Command.objects.due(now).filter(id__gt=after).order_by("id").values(*DECISION_FIELDS)[:batch]
+        )
+        if not rows:
+            return summary
+        after = rows[-1]["id"]
+        with transaction.atomic():
+            payloads = []
+            for row in rows:
+                decision = decide_for(row, now)
+                if decision.take:
+                    if Command.objects.transition(
+                        row["id"],
+                        row["state"],
+                        Event.DISPATCH,
+                        now,
+                        where={"attempts": row["attempts"]},
+                        next_attempt_at=decision.next_attempt_at,
+                        skip_reason="",
+                        skip_decided_at=now,
+                    ):
+                        payloads.append(item_payload(row["id"], decision.attempt))
+                else:
+                    Command.objects.filter(pk=row["id"], state=row["state"], attempts=row["attempts"]).update(
+                        skip_reason=decision.skip, skip_decided_at=now
+                    )
+                    summary.skipped[decision.skip] += 1
+            summary.taken += len(payloads)
+            enqueue_with_commit(queue, payloads)
+        if len(rows) < batch:
+            return summary
+
+
+# --- consume -------------------------------------------------------------------------------------
+
+
+def send_command(command_id: int, attempt: int) -> str:
+    """Dispatch attempt ``attempt`` of a command, if it is still queued for it.
+
+    Returns ``"stale"`` when another worker has it or it moved on (nothing sent), else the state
+    it ended in (``"succeeded"`` or ``"failed"``).
+    """
+    started = timezone.now()
+    with transaction.atomic():
+        if not Command.objects.transition(
+            command_id, State.QUEUED, Event.START, started, where={"attempts": attempt - 1}, attempts=attempt
+        ):
+            return "stale"
+        Attempt.objects.create(command_id=command_id, number=attempt, started_at=started)
+    command = Command.objects.select_related("connector").get(pk=command_id)
+    outcome = adapters.send(command)
+    return record_outcome(command, attempt, outcome, timezone.now())
+
+
+def record_outcome(command: Command, attempt: int, outcome: adapters.Outcome, now: datetime) -> str:
+    """Complete the attempt row and move the command to its next state, in one transaction."""
+    error = outcome.detail if not outcome.ok else ""
+    with transaction.atomic():
+        Attempt.objects.filter(command_id=command.pk, number=attempt).update(
+            finished_at=now,
+            ok=outcome.ok,
+            outlook=outcome.outlook or "",
+            status_code=outcome.status,
+            error_class=outcome.error_class,
+            error_message=error,
+            response_excerpt=outcome.excerpt,
+        )
+        if outcome.ok:
+            event, changes = (
+                Event.SUCCEED,
+                {"next_attempt_at": None, "skip_reason": "", "skip_decided_at": None},
+            )
+        else:
+            # Decide at once, so the failed list shows why it waits from the first moment.
+            decision = decide_for(
+                {
+                    "state": State.FAILED,
+                    "last_outlook": outcome.outlook,
+                    "attempts": attempt,
+                    "next_attempt_at": command.next_attempt_at,
+                    "connector__idempotent": command.connector.idempotent,
+                },
+                now,
+            )
+            event, changes = Event.FAIL, {"skip_reason": decision.skip or "", "skip_decided_at": now}
+        moved = Command.objects.transition(
+            command.pk,
+            State.DISPATCHING,
+            event,
+            now,
+            where={"attempts": attempt},
+            last_outlook=outcome.outlook or "",
+            last_error_class=outcome.error_class,
+            last_error=error,
+            **changes,
+        )
+    if not moved:
+        logger.warning("command %s was recovered while attempt %s was in flight", command.pk, attempt)
+    state = State.SUCCEEDED if outcome.ok else State.FAILED
+    return state.value if moved else "stale"
+
+
+@dataclass
+class DrainSummary:
+    claimed: int = 0
+    results: Counter = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    item: Item
+    command_id: int
+    attempt: int
+    connector_id: int
+
+
+class _Workers:
+    """A fixed set of threads running sends; each closes its own database connection when it ends."""
+
+    def __init__(self, size: int):
+        self.tasks: stdlib_queue.SimpleQueue = stdlib_queue.SimpleQueue()
+        self.results: stdlib_queue.SimpleQueue = stdlib_queue.SimpleQueue()
+        self.threads = [
+            threading.Thread(target=self._run, name=f"dispatch-{n}", daemon=True) for n in range(size)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self) -> None:
+        try:
+            while (entry := self.tasks.get()) is not None:
+                try:
+                    result = send_command(entry.command_id, entry.attempt)
+                except Exception:
+                    # The database failed us around the send; recover() settles the command.
+                    logger.exception("dispatch of command %s failed", entry.command_id)
+                    result = "error"
+                self.results.put((entry, result))
+        finally:
+            connections.close_all()
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.tasks.put(None)
+        for thread in self.threads:
+            thread.join()
+
+
+class Dispatcher:
+    """Consumes the ``commands`` queue with a bounded pool; one per process, reused across rounds."""
+
+    def __init__(
+        self,
+        *,
+        concurrency: int | None = None,
+        per_connector: int | None = None,
+        batch: int | None = None,
+        stop: threading.Event | None = None,
+        queue: ReliableFIFO | None = None,
+    ):
+        self.concurrency = concurrency or settings.ANKUSA_DISPATCH_CONCURRENCY
+        self.per_connector = per_connector or settings.ANKUSA_DISPATCH_PER_CONNECTOR
+        self.batch = batch or settings.ANKUSA_DISPATCH_BATCH
+        self.stop = stop or threading.Event()
+        self.queue = queue or commands_queue()
+        self._workers: _Workers | None = None
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
+    def __enter__(self) -> Dispatcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _entries(self, items: list[Item], finished: list[Item]) -> list[_Entry]:
+        """Turn claimed items into sends; items that name no command are failed or finished."""
+        wanted: dict[int, tuple[Item, int]] = {}
+        for item in items:
+            payload = item.payload
+            if not (
+                isinstance(payload, dict)
+                and isinstance(payload.get("command"), int)
+                and isinstance(payload.get("attempt"), int)
+            ):
+                self.queue.fail(item, f"not a command item: {str(payload)[:200]}")
+                continue
+            wanted[item.id] = (item, payload["command"])
+        connector_of = dict(
+            Command.objects.filter(pk__in=[cid for _, cid in wanted.values()]).values_list(
+                "pk", "connector_id"
+            )
+        )
+        entries = []
+        for item, command_id in wanted.values():
+            if command_id in connector_of:
+                entries.append(_Entry(item, command_id, item.payload["attempt"], connector_of[command_id]))
+            else:
+                finished.append(item)  # the command is gone: nothing to send
+        return entries
+
+    def drain(self, *, max_items: int | None = None, max_seconds: float | None = None) -> DrainSummary:
+        """Claim and send until the queue is empty, a limit is reached, or ``stop`` is set.
+
+        On stop it claims nothing more, finishes the sends in flight and puts the items it holds
+        but has not started back at the head of the queue.
+        """
+        if self._workers is None:
+            self._workers = _Workers(self.concurrency)
+        summary = DrainSummary()
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        waiting: deque[_Entry] = deque()
+        in_flight: Counter[int] = Counter()
+        finished: list[Item] = []
+        exhausted = False
+        while True:
+            stopping = (
+                self.stop.is_set()
+                or (deadline is not None and time.monotonic() >= deadline)
+                or (max_items is not None and summary.claimed >= max_items)
+            )
+            room = self.concurrency - sum(in_flight.values()) - len(waiting)
+            if max_items is not None:
+                room = min(room, max_items - summary.claimed)
+            if not stopping and not exhausted and room > 0:
+                want = min(self.batch, room)
+                items = self.queue.claim(want)
+                summary.claimed += len(items)
+                exhausted = len(items) < want
+                waiting.extend(self._entries(items, finished))
+            for entry in list(waiting):
+                if in_flight[entry.connector_id] < self.per_connector:
+                    waiting.remove(entry)
+                    in_flight[entry.connector_id] += 1
+                    self._workers.tasks.put(entry)
+            if stopping and waiting:
+                self.queue.unclaim(*(entry.item for entry in waiting))
+                waiting.clear()
+            if finished:
+                self.queue.done(*finished)
+                finished.clear()
+            if not in_flight.total():
+                if stopping or (exhausted and not waiting):
+                    return summary
+                continue
+            try:
+                results = [self._workers.results.get(timeout=POLL_S)]
+            except stdlib_queue.Empty:
+                continue
+            while True:
+                try:
+                    results.append(self._workers.results.get_nowait())
+                except stdlib_queue.Empty:
+                    break
+            for entry, result in results:
+                in_flight[entry.connector_id] -= 1
+                summary.results[result] += 1
+                finished.append(entry.item)
+
+
+# --- recover -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RecoverSummary:
+    worker_lost: int = 0
+    items_requeued: int = 0
+    lost_requeued: int = 0
+
+
+def recover(now: datetime | None = None, *, queue: ReliableFIFO | None = None) -> RecoverSummary:
+    """Settle what dead workers left behind (see the module docstring)."""
+    now = now or timezone.now()
+    queue = queue or commands_queue()
+    visibility = timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S)
+    summary = RecoverSummary()
+
+    abandoned = Command.objects.filter(state=State.DISPATCHING, state_changed_at__lt=now - visibility)
+    for row in abandoned.values(*DECISION_FIELDS, "state_changed_at"):
+        decision = decide_for({**row, "state": State.FAILED, "last_outlook": None}, now)
+        with transaction.atomic():
+            if Command.objects.transition(
+                row["id"],
+                State.DISPATCHING,
+                Event.FAIL,
+                now,
+                where={"attempts": row["attempts"], "state_changed_at": row["state_changed_at"]},
+                last_outlook="",
+                last_error_class=WORKER_LOST,
+                last_error=WORKER_LOST_DETAIL,
+                skip_reason=decision.skip or "",
+                skip_decided_at=now,
+            ):
+                Attempt.objects.filter(command_id=row["id"], number=row["attempts"], finished_at=None).update(
+                    finished_at=now, error_class=WORKER_LOST, error_message=WORKER_LOST_DETAIL
+                )
+                summary.worker_lost += 1
+
+    summary.items_requeued = len(queue.handle_expired(visibility, action="requeue"))
+
+    # A queued command whose item would have been claimed by now, had it one: queued before the
+    # visibility timeout and before the oldest item still waiting (claims are strictly FIFO).
+    cutoff = now - visibility
+    oldest_waiting = queue.age("main")
+    if oldest_waiting is not None:
+        cutoff = min(cutoff, now - oldest_waiting)
+    lost = Command.objects.filter(state=State.QUEUED, state_changed_at__lt=cutoff)
+    for row in lost.values("id", "attempts", "state_changed_at"):
+        with transaction.atomic():
+            # Touching state_changed_at keeps the next round from enqueuing it again.
+            if Command.objects.filter(
+                pk=row["id"], state=State.QUEUED, state_changed_at=row["state_changed_at"]
+            ).update(state_changed_at=now):
+                enqueue_with_commit(queue, [item_payload(row["id"], row["attempts"] + 1)])
+                summary.lost_requeued += 1
+    return summary
+
+
+# --- one round -----------------------------------------------------------------------------------
+
+
+@dataclass
+class RoundSummary:
+    recovered: RecoverSummary
+    swept: SweepSummary
+    drained: DrainSummary
+    seconds: float
+
+    def line(self) -> str:
+        skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(self.swept.skipped.items())) or "none"
+        results = ", ".join(f"{n} {result}" for result, n in sorted(self.drained.results.items())) or "none"
+        r = self.recovered
+        return (
+            f"dispatch round: took {self.swept.taken}, skipped {skipped}; "
+            f"claimed {self.drained.claimed}: {results}; "
+            f"recovered {r.worker_lost} lost sends, {r.items_requeued} expired items, {r.lost_requeued} lost items; "
+            f"{self.seconds:.2f} s"
+        )
+
+
+def run_round(dispatcher: Dispatcher, *, max_seconds: float | None = None) -> RoundSummary:
+    """Recover, sweep, then drain the queue: recovery first, so a restart resumes in one round."""
+    started = time.monotonic()
+    recovered = recover(queue=dispatcher.queue)
+    swept = sweep(queue=dispatcher.queue)
+    drained = dispatcher.drain(max_seconds=max_seconds)
+    return RoundSummary(recovered, swept, drained, time.monotonic() - started)
