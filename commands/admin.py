@@ -28,10 +28,13 @@ class ConnectorForm(forms.ModelForm):
         model = Connector
         fields = "__all__"
 
-    def clean_secret(self) -> str:
-        if self.cleaned_data.get("clear_secret"):
-            return ""
-        return self.cleaned_data["secret"] or self.instance.secret
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("clear_secret"):
+            cleaned["secret"] = ""
+        elif not cleaned.get("secret"):
+            cleaned["secret"] = self.instance.secret
+        return cleaned
 
 
 @admin.register(Connector)

@@ -164,7 +164,7 @@ class CommandQuerySet(models.QuerySet):
         """
         target = next_state(state, event)
         if target is None:
-            raise ValueError(f"no transition from {state!r} on {event!r}")
+            raise ValueError(f"no transition from '{state}' on '{event}'")
         moved = self.filter(pk=pk, state=state, **(where or {})).update(
             state=target, state_changed_at=now, **changes
         )
