@@ -345,14 +345,14 @@ class Dispatcher:
                 summary.claimed += len(items)
                 exhausted = len(items) < want
                 waiting.extend(self._entries(items, finished))
+            if stopping and waiting:
+                self.queue.unclaim(*(entry.item for entry in waiting))
+                waiting.clear()
             for entry in list(waiting):
                 if in_flight[entry.connector_id] < self.per_connector:
                     waiting.remove(entry)
                     in_flight[entry.connector_id] += 1
                     self._workers.tasks.put(entry)
-            if stopping and waiting:
-                self.queue.unclaim(*(entry.item for entry in waiting))
-                waiting.clear()
             if finished:
                 self.queue.done(*finished)
                 finished.clear()

@@ -64,6 +64,8 @@ class Sink:
         self.delay = delay
         self.received: list[Received] = []
         self.counts: Counter[str] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", port), self._handler())
         self._thread: threading.Thread | None = None
@@ -94,7 +96,13 @@ class Sink:
         with self._lock:
             self.received.append(request)
             self.counts[request.key] += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
             return self.counts[request.key]
+
+    def _answered(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def _stats(self) -> bytes:
         with self._lock:
@@ -133,9 +141,12 @@ class Sink:
                     body=body,
                 )
                 nth = sink._record(request)
-                if sink.delay:
-                    time.sleep(sink.delay)
-                status, headers, *body = sink.respond(request, nth)
+                try:
+                    if sink.delay:
+                        time.sleep(sink.delay)
+                    status, headers, *body = sink.respond(request, nth)
+                finally:
+                    sink._answered()
                 default = b'{"ok": true}' if status < 300 else b'{"error": "sink"}'
                 self._answer(status, headers, body[0] if body else default)
 
