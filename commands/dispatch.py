@@ -415,12 +415,10 @@ def recover(now: datetime | None = None, *, queue: ReliableFIFO | None = None) -
 
     summary.items_requeued = len(queue.handle_expired(visibility, action="requeue"))
 
-    # A queued command whose item would have been claimed by now, had it one: queued before the
-    # visibility timeout and before the oldest item still waiting (claims are strictly FIFO).
-    cutoff = now - visibility
-    oldest_waiting = queue.age("main")
-    if oldest_waiting is not None:
-        cutoff = min(cutoff, now - oldest_waiting)
+    # A queued command whose item would have been claimed by now, had it one: claims are strictly
+    # FIFO, so its item would be older than the oldest one still waiting. The visibility timeout
+    # is the slack between a state change and its enqueue (a commit apart, normally milliseconds).
+    cutoff = now - visibility - (queue.age("main") or timedelta(0))
     lost = Command.objects.filter(state=State.QUEUED, state_changed_at__lt=cutoff)
     for row in lost.values("id", "attempts", "state_changed_at"):
         with transaction.atomic():
