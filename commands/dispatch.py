@@ -32,7 +32,7 @@ import logging
 import queue as stdlib_queue
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -105,40 +105,51 @@ class SweepSummary:
 def sweep(
     now: datetime | None = None, *, batch: int | None = None, queue: ReliableFIFO | None = None
 ) -> SweepSummary:
-    """Decide on every due command: queue the taken ones, write the reason on the others."""
+    """Decide on every due command: queue the taken ones, write the reason on the others.
+
+    Each batch is read with its rows locked (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's
+    write transaction serialises sweepers), so two sweepers split the due commands between them
+    instead of deciding twice, and the updates can go by group rather than row by row.
+    """
     now = now or timezone.now()
     batch = batch or settings.ANKUSA_DISPATCH_BATCH
     queue = queue or commands_queue()
     summary = SweepSummary()
     after = 0
     while True:
-        rows = list(
-            Command.objects.due(now).filter(id__gt=after).order_by("id").values(*DECISION_FIELDS)[:batch]
-        )
-        if not rows:
-            return summary
-        after = rows[-1]["id"]
         with transaction.atomic():
-            payloads = []
+            due = Command.objects.due(now).filter(id__gt=after).order_by("id")
+            rows = list(
+                due.select_for_update(skip_locked=True, of=("self",)).values(*DECISION_FIELDS)[:batch]
+            )
+            if not rows:
+                return summary
+            after = rows[-1]["id"]
+            taken: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+            skipped: dict[str, list[int]] = defaultdict(list)
             for row in rows:
                 decision = decide_for(row, now)
                 if decision.take:
-                    if Command.objects.transition(
-                        row["id"],
-                        row["state"],
-                        Event.DISPATCH,
-                        now,
-                        where={"attempts": row["attempts"]},
-                        next_attempt_at=decision.next_attempt_at,
-                        skip_reason="",
-                        skip_decided_at=now,
-                    ):
-                        payloads.append(item_payload(row["id"], decision.attempt))
+                    taken[row["state"], decision.next_attempt_at].append((row["id"], decision.attempt))
                 else:
-                    Command.objects.filter(pk=row["id"], state=row["state"], attempts=row["attempts"]).update(
-                        skip_reason=decision.skip, skip_decided_at=now
-                    )
-                    summary.skipped[decision.skip] += 1
+                    skipped[decision.skip].append(row["id"])
+            payloads = []
+            for (state, next_attempt_at), group in taken.items():
+                ids = [pk for pk, _ in group]
+                moved = Command.objects.filter(pk__in=ids).transition(
+                    state,
+                    Event.DISPATCH,
+                    now,
+                    next_attempt_at=next_attempt_at,
+                    skip_reason="",
+                    skip_decided_at=now,
+                )
+                if moved != len(ids):  # the rows are locked: anything else is a bug, so undo the batch
+                    raise RuntimeError(f"sweep moved {moved} of {len(ids)} locked commands")
+                payloads.extend(item_payload(pk, attempt) for pk, attempt in group)
+            for reason, ids in skipped.items():
+                Command.objects.filter(pk__in=ids).update(skip_reason=reason, skip_decided_at=now)
+                summary.skipped[reason] += len(ids)
             summary.taken += len(payloads)
             enqueue_with_commit(queue, payloads)
         if len(rows) < batch:
@@ -148,70 +159,81 @@ def sweep(
 # --- consume -------------------------------------------------------------------------------------
 
 
-def send_command(command_id: int, attempt: int) -> str:
-    """Dispatch attempt ``attempt`` of a command, if it is still queued for it.
+def send_command(command: Command, attempt: int) -> str:
+    """Dispatch attempt ``attempt`` of ``command`` (read with its connector), if still queued for it.
 
-    Returns ``"stale"`` when another worker has it or it moved on (nothing sent), else the state
-    it ended in (``"succeeded"`` or ``"failed"``).
+    Winning ``queued → dispatching`` is one conditional UPDATE; only the winner sends. Returns
+    ``"stale"`` when another worker won or the command moved on (nothing sent), else the state it
+    ended in (``"succeeded"`` or ``"failed"``).
     """
     started = timezone.now()
-    with transaction.atomic():
-        if not Command.objects.transition(
-            command_id, State.QUEUED, Event.START, started, where={"attempts": attempt - 1}, attempts=attempt
-        ):
-            return "stale"
-        Attempt.objects.create(command_id=command_id, number=attempt, started_at=started)
-    command = Command.objects.select_related("connector").get(pk=command_id)
+    won = Command.objects.filter(pk=command.pk, attempts=attempt - 1).transition(
+        State.QUEUED, Event.START, started, attempts=attempt
+    )
+    if not won:
+        return "stale"
     outcome = adapters.send(command)
-    return record_outcome(command, attempt, outcome, timezone.now())
+    return record_outcome(command, attempt, started, outcome, timezone.now())
 
 
-def record_outcome(command: Command, attempt: int, outcome: adapters.Outcome, now: datetime) -> str:
-    """Complete the attempt row and move the command to its next state, in one transaction."""
+def record_outcome(
+    command: Command, attempt: int, started: datetime, outcome: adapters.Outcome, now: datetime
+) -> str:
+    """Write the attempt row and move the command to its next state, in one transaction.
+
+    The row is written once, complete; a send that never reports back gets its row from
+    :func:`recover` instead.
+    """
     error = outcome.detail if not outcome.ok else ""
-    with transaction.atomic():
-        Attempt.objects.filter(command_id=command.pk, number=attempt).update(
-            finished_at=now,
-            ok=outcome.ok,
-            outlook=outcome.outlook or "",
-            status_code=outcome.status,
-            error_class=outcome.error_class,
-            error_message=error,
-            response_excerpt=outcome.excerpt,
+    if outcome.ok:
+        event, changes = Event.SUCCEED, {"next_attempt_at": None, "skip_reason": "", "skip_decided_at": None}
+    else:
+        # Decide at once, so the failed list shows why it waits from the first moment.
+        decision = decide_for(
+            {
+                "state": State.FAILED,
+                "last_outlook": outcome.outlook,
+                "attempts": attempt,
+                "next_attempt_at": command.next_attempt_at,
+                "connector__idempotent": command.connector.idempotent,
+            },
+            now,
         )
-        if outcome.ok:
-            event, changes = (
-                Event.SUCCEED,
-                {"next_attempt_at": None, "skip_reason": "", "skip_decided_at": None},
-            )
-        else:
-            # Decide at once, so the failed list shows why it waits from the first moment.
-            decision = decide_for(
-                {
-                    "state": State.FAILED,
-                    "last_outlook": outcome.outlook,
-                    "attempts": attempt,
-                    "next_attempt_at": command.next_attempt_at,
-                    "connector__idempotent": command.connector.idempotent,
-                },
-                now,
-            )
-            event, changes = Event.FAIL, {"skip_reason": decision.skip or "", "skip_decided_at": now}
-        moved = Command.objects.transition(
-            command.pk,
+        event, changes = Event.FAIL, {"skip_reason": decision.skip or "", "skip_decided_at": now}
+    with transaction.atomic():
+        moved = Command.objects.filter(pk=command.pk, attempts=attempt).transition(
             State.DISPATCHING,
             event,
             now,
-            where={"attempts": attempt},
             last_outlook=outcome.outlook or "",
             last_error_class=outcome.error_class,
             last_error=error,
             **changes,
         )
+        if moved:
+            Attempt.objects.create(
+                command=command,
+                number=attempt,
+                started_at=started,
+                finished_at=now,
+                ok=outcome.ok,
+                outlook=outcome.outlook or "",
+                status_code=outcome.status,
+                error_class=outcome.error_class,
+                error_message=error,
+                response_excerpt=outcome.excerpt,
+            )
     if not moved:
-        logger.warning("command %s was recovered while attempt %s was in flight", command.pk, attempt)
-    state = State.SUCCEEDED if outcome.ok else State.FAILED
-    return state.value if moved else "stale"
+        # Only possible when a send outlives the visibility timeout, which check E002 rules out.
+        logger.warning(
+            "command %s was recovered while attempt %s was in flight; its outcome (ok=%s, %s) is dropped",
+            command.pk,
+            attempt,
+            outcome.ok,
+            outcome.error_class or outcome.status,
+        )
+        return "stale"
+    return State.SUCCEEDED.value if outcome.ok else State.FAILED.value
 
 
 @dataclass
@@ -223,9 +245,8 @@ class DrainSummary:
 @dataclass(frozen=True)
 class _Entry:
     item: Item
-    command_id: int
+    command: Command
     attempt: int
-    connector_id: int
 
 
 class _Workers:
@@ -244,10 +265,10 @@ class _Workers:
         try:
             while (entry := self.tasks.get()) is not None:
                 try:
-                    result = send_command(entry.command_id, entry.attempt)
+                    result = send_command(entry.command, entry.attempt)
                 except Exception:
                     # The database failed us around the send; recover() settles the command.
-                    logger.exception("dispatch of command %s failed", entry.command_id)
+                    logger.exception("dispatch of command %s failed", entry.command.pk)
                     result = "error"
                 self.results.put((entry, result))
         finally:
@@ -291,29 +312,28 @@ class Dispatcher:
         self.close()
 
     def _entries(self, items: list[Item], finished: list[Item]) -> list[_Entry]:
-        """Turn claimed items into sends; items that name no command are failed or finished."""
-        wanted: dict[int, tuple[Item, int]] = {}
+        """Turn claimed items into sends (one query for the batch); items naming no command end here."""
+        wanted: list[Item] = []
         for item in items:
             payload = item.payload
-            if not (
+            if (
                 isinstance(payload, dict)
                 and isinstance(payload.get("command"), int)
                 and isinstance(payload.get("attempt"), int)
             ):
+                wanted.append(item)
+            else:
                 self.queue.fail(item, f"not a command item: {str(payload)[:200]}")
-                continue
-            wanted[item.id] = (item, payload["command"])
-        connector_of = dict(
-            Command.objects.filter(pk__in=[cid for _, cid in wanted.values()]).values_list(
-                "pk", "connector_id"
-            )
+        commands = Command.objects.select_related("connector").in_bulk(
+            [item.payload["command"] for item in wanted]
         )
         entries = []
-        for item, command_id in wanted.values():
-            if command_id in connector_of:
-                entries.append(_Entry(item, command_id, item.payload["attempt"], connector_of[command_id]))
-            else:
+        for item in wanted:
+            command = commands.get(item.payload["command"])
+            if command is None:
                 finished.append(item)  # the command is gone: nothing to send
+            else:
+                entries.append(_Entry(item, command, item.payload["attempt"]))
         return entries
 
     def drain(self, *, max_items: int | None = None, max_seconds: float | None = None) -> DrainSummary:
@@ -336,10 +356,13 @@ class Dispatcher:
                 or (deadline is not None and time.monotonic() >= deadline)
                 or (max_items is not None and summary.claimed >= max_items)
             )
-            room = self.concurrency - sum(in_flight.values()) - len(waiting)
+            # Hold up to two pools' worth: sends in flight plus as many waiting for a free thread,
+            # and claim a pool's worth at a time, so claims come in batches rather than one per
+            # finished send. An item waits at most a few sends — far inside the visibility timeout.
+            room = 2 * self.concurrency - in_flight.total() - len(waiting)
             if max_items is not None:
                 room = min(room, max_items - summary.claimed)
-            if not stopping and not exhausted and room > 0:
+            if not stopping and not exhausted and room > 0 and (room >= self.concurrency or not waiting):
                 want = min(self.batch, room)
                 items = self.queue.claim(want)
                 summary.claimed += len(items)
@@ -349,9 +372,9 @@ class Dispatcher:
                 self.queue.unclaim(*(entry.item for entry in waiting))
                 waiting.clear()
             for entry in list(waiting):
-                if in_flight[entry.connector_id] < self.per_connector:
+                if in_flight[entry.command.connector_id] < self.per_connector:
                     waiting.remove(entry)
-                    in_flight[entry.connector_id] += 1
+                    in_flight[entry.command.connector_id] += 1
                     self._workers.tasks.put(entry)
             if finished:
                 self.queue.done(*finished)
@@ -370,7 +393,7 @@ class Dispatcher:
                 except stdlib_queue.Empty:
                     break
             for entry, result in results:
-                in_flight[entry.connector_id] -= 1
+                in_flight[entry.command.connector_id] -= 1
                 summary.results[result] += 1
                 finished.append(entry.item)
 
@@ -396,20 +419,26 @@ def recover(now: datetime | None = None, *, queue: ReliableFIFO | None = None) -
     for row in abandoned.values(*DECISION_FIELDS, "state_changed_at"):
         decision = decide_for({**row, "state": State.FAILED, "last_outlook": None}, now)
         with transaction.atomic():
-            if Command.objects.transition(
-                row["id"],
+            moved = Command.objects.filter(
+                pk=row["id"], attempts=row["attempts"], state_changed_at=row["state_changed_at"]
+            ).transition(
                 State.DISPATCHING,
                 Event.FAIL,
                 now,
-                where={"attempts": row["attempts"], "state_changed_at": row["state_changed_at"]},
                 last_outlook="",
                 last_error_class=WORKER_LOST,
                 last_error=WORKER_LOST_DETAIL,
                 skip_reason=decision.skip or "",
                 skip_decided_at=now,
-            ):
-                Attempt.objects.filter(command_id=row["id"], number=row["attempts"], finished_at=None).update(
-                    finished_at=now, error_class=WORKER_LOST, error_message=WORKER_LOST_DETAIL
+            )
+            if moved:
+                Attempt.objects.create(
+                    command_id=row["id"],
+                    number=row["attempts"],
+                    started_at=row["state_changed_at"],
+                    finished_at=now,
+                    error_class=WORKER_LOST,
+                    error_message=WORKER_LOST_DETAIL,
                 )
                 summary.worker_lost += 1
 

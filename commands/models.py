@@ -155,20 +155,16 @@ class CommandQuerySet(models.QuerySet):
         """Due at once: the next sweep decides again (clears the reason it was waiting for)."""
         return self.update(next_attempt_at=now, skip_reason="", skip_decided_at=None)
 
-    def transition(
-        self, pk: int, state: str, event: str, now: datetime, *, where: dict | None = None, **changes
-    ) -> bool:
-        """Move command ``pk`` from ``state`` by ``event`` if it is still there; True if it moved.
+    def transition(self, state: str, event: str, now: datetime, **changes) -> int:
+        """Move the commands of this queryset that are still in ``state`` by ``event``.
 
-        ``where`` adds conditions (``{"attempts": 2}``); ``changes`` are written in the same UPDATE.
+        One conditional UPDATE; returns how many moved, which the caller checks (``== 1`` for one
+        command: 0 means another worker moved it first). ``changes`` are written with the move.
         """
         target = next_state(state, event)
         if target is None:
             raise ValueError(f"no transition from '{state}' on '{event}'")
-        moved = self.filter(pk=pk, state=state, **(where or {})).update(
-            state=target, state_changed_at=now, **changes
-        )
-        return moved == 1
+        return self.filter(state=state).update(state=target, state_changed_at=now, **changes)
 
 
 class Command(models.Model):

@@ -239,8 +239,7 @@ def test_a_command_whose_worker_died_mid_send_is_failed_with_no_outlook_and_neve
 ):
     command = make_command(make_connector(url=sink.url, idempotent=True), state=State.QUEUED, attempts=0)
     # The start of a send, as a worker that died during it leaves it:
-    Command.objects.transition(command.pk, State.QUEUED, Event.START, timezone.now(), attempts=1)
-    Attempt.objects.create(command=command, number=1, started_at=timezone.now())
+    Command.objects.filter(pk=command.pk).transition(State.QUEUED, Event.START, timezone.now(), attempts=1)
     assert dispatch.recover().worker_lost == 0  # not yet past the visibility timeout
     clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
     assert dispatch.recover().worker_lost == 1
@@ -252,8 +251,10 @@ def test_a_command_whose_worker_died_mid_send_is_failed_with_no_outlook_and_neve
         "WorkerLost",
     )
     attempt = Attempt.objects.get()
-    assert (attempt.ok, attempt.finished_at, attempt.error_class) == (
+    assert (attempt.number, attempt.ok, attempt.started_at, attempt.finished_at, attempt.error_class) == (
+        1,
         None,
+        T0,
         T0 + VISIBILITY + timedelta(seconds=1),
         "WorkerLost",
     )

@@ -17,27 +17,31 @@ from limits.models import Tenant
 def test_transition_moves_only_from_the_expected_state(make_connector, make_command):
     command = make_command(make_connector())
     now = timezone.now()
-    assert Command.objects.transition(command.pk, State.APPROVED, Event.DISPATCH, now) is True
-    assert Command.objects.transition(command.pk, State.APPROVED, Event.DISPATCH, now) is False
+    mine = Command.objects.filter(pk=command.pk)
+    assert mine.transition(State.APPROVED, Event.DISPATCH, now) == 1
+    assert mine.transition(State.APPROVED, Event.DISPATCH, now) == 0
     command.refresh_from_db()
     assert (command.state, command.state_changed_at) == (State.QUEUED, now)
 
 
-def test_transition_checks_extra_conditions(make_connector, make_command):
+def test_transition_keeps_the_querysets_conditions_and_writes_the_changes(make_connector, make_command):
     command = make_command(make_connector(), state=State.QUEUED, attempts=1)
     now = timezone.now()
-    assert not Command.objects.transition(command.pk, State.QUEUED, Event.START, now, where={"attempts": 0})
-    assert Command.objects.transition(
-        command.pk, State.QUEUED, Event.START, now, where={"attempts": 1}, attempts=2
+    assert Command.objects.filter(pk=command.pk, attempts=0).transition(State.QUEUED, Event.START, now) == 0
+    assert (
+        Command.objects.filter(pk=command.pk, attempts=1).transition(
+            State.QUEUED, Event.START, now, attempts=2
+        )
+        == 1
     )
     command.refresh_from_db()
     assert (command.state, command.attempts) == (State.DISPATCHING, 2)
 
 
 def test_transition_refuses_a_move_the_table_does_not_have(make_connector, make_command):
-    command = make_command(make_connector(), state=State.SUCCEEDED)
+    make_command(make_connector(), state=State.SUCCEEDED)
     with pytest.raises(ValueError, match="no transition from 'succeeded' on 'dispatch'"):
-        Command.objects.transition(command.pk, State.SUCCEEDED, Event.DISPATCH, timezone.now())
+        Command.objects.transition(State.SUCCEEDED, Event.DISPATCH, timezone.now())
 
 
 def test_due_is_approved_or_failed_not_parked_and_due_by_now(make_connector, make_command):
