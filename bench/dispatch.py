@@ -126,10 +126,8 @@ def through_the_loop(connector: Connector, n: int) -> float:
     started = time.perf_counter()
     with dispatch.Dispatcher(per_connector=concurrency) as dispatcher:
         dispatch.sweep(queue=dispatcher.queue)
-        swept = time.perf_counter()
         dispatcher.drain()
     elapsed = time.perf_counter() - started
-    print(f"sweep {swept - started:.2f} s, drain {elapsed - (swept - started):.2f} s", file=sys.stderr)
     done = Command.objects.filter(connector=connector, state=State.SUCCEEDED).count()
     if done != n:
         raise SystemExit(f"only {done} of {n} commands succeeded")

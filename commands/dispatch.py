@@ -33,16 +33,17 @@ import queue as stdlib_queue
 import threading
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from commands import adapters, retry
 from commands.models import Attempt, Command
-from commands.states import Event, State, dispatchable
+from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
 
 logger = logging.getLogger("ankusa.commands.dispatch")
@@ -63,19 +64,23 @@ def item_payload(command_id: int, attempt: int) -> dict:
     return {"command": command_id, "attempt": attempt}
 
 
-def enqueue_with_commit(queue: ReliableFIFO, payloads: list[dict]) -> None:
-    """Enqueue as part of the surrounding transaction.
+def with_commit(queue: ReliableFIFO, write: Callable[[], object]) -> None:
+    """Run a queue write as part of the surrounding transaction.
 
-    The database queue joins it, so the state change and the item commit together. Any other
-    backend is written after the commit, so no worker sees a command before it is queued; a
-    crash in between leaves the command ``queued`` without an item, which :func:`recover` repairs.
+    The database queue joins the transaction, so a command's state change and its queue item
+    commit together. Any other backend is written after the commit, so no worker sees a command
+    before its state is committed; a crash in between leaves a command ``queued`` without an item
+    (which :func:`recover` repairs) or a finished item still busy (a stale no-op when reclaimed).
     """
-    if not payloads:
-        return
     if queue.backend == "database":
-        queue.enqueue(*payloads)
+        write()
     else:
-        transaction.on_commit(lambda: queue.enqueue(*payloads))
+        transaction.on_commit(write)
+
+
+def enqueue_with_commit(queue: ReliableFIFO, payloads: list[dict]) -> None:
+    if payloads:
+        with_commit(queue, lambda: queue.enqueue(*payloads))
 
 
 def decide_for(row: dict, now: datetime) -> retry.Decision:
@@ -159,81 +164,149 @@ def sweep(
 # --- consume -------------------------------------------------------------------------------------
 
 
-def send_command(command: Command, attempt: int) -> str:
-    """Dispatch attempt ``attempt`` of ``command`` (read with its connector), if still queued for it.
+# Django's update() cannot say which rows it moved; UPDATE … RETURNING can, in one round trip (on
+# PostgreSQL and on SQLite ≥ 3.35 alike). The move is the table's queued --start--> dispatching.
+START_SQL = """
+UPDATE commands_command SET state = %s, state_changed_at = %s, attempts = %s
+WHERE state = %s AND attempts = %s AND id IN ({ids})
+RETURNING id
+"""
+assert next_state(State.QUEUED, Event.START) == State.DISPATCHING
 
-    Winning ``queued → dispatching`` is one conditional UPDATE; only the winner sends. Returns
-    ``"stale"`` when another worker won or the command moved on (nothing sent), else the state it
-    ended in (``"succeeded"`` or ``"failed"``).
+
+def start_sends(wanted: list[tuple[Command, int]], now: datetime) -> set[int]:
+    """Move each command still ``queued`` for the given attempt to ``dispatching``; returns the ids won.
+
+    One conditional UPDATE per attempt number for the whole batch; only a winner may send.
     """
-    started = timezone.now()
-    won = Command.objects.filter(pk=command.pk, attempts=attempt - 1).transition(
-        State.QUEUED, Event.START, started, attempts=attempt
-    )
-    if not won:
-        return "stale"
-    outcome = adapters.send(command)
-    return record_outcome(command, attempt, started, outcome, timezone.now())
-
-
-def record_outcome(
-    command: Command, attempt: int, started: datetime, outcome: adapters.Outcome, now: datetime
-) -> str:
-    """Write the attempt row and move the command to its next state, in one transaction.
-
-    The row is written once, complete; a send that never reports back gets its row from
-    :func:`recover` instead.
-    """
-    error = outcome.detail if not outcome.ok else ""
-    if outcome.ok:
-        event, changes = Event.SUCCEED, {"next_attempt_at": None, "skip_reason": "", "skip_decided_at": None}
-    else:
-        # Decide at once, so the failed list shows why it waits from the first moment.
-        decision = decide_for(
-            {
-                "state": State.FAILED,
-                "last_outlook": outcome.outlook,
-                "attempts": attempt,
-                "next_attempt_at": command.next_attempt_at,
-                "connector__idempotent": command.connector.idempotent,
-            },
-            now,
-        )
-        event, changes = Event.FAIL, {"skip_reason": decision.skip or "", "skip_decided_at": now}
-    with transaction.atomic():
-        moved = Command.objects.filter(pk=command.pk, attempts=attempt).transition(
-            State.DISPATCHING,
-            event,
-            now,
-            last_outlook=outcome.outlook or "",
-            last_error_class=outcome.error_class,
-            last_error=error,
-            **changes,
-        )
-        if moved:
-            Attempt.objects.create(
-                command=command,
-                number=attempt,
-                started_at=started,
-                finished_at=now,
-                ok=outcome.ok,
-                outlook=outcome.outlook or "",
-                status_code=outcome.status,
-                error_class=outcome.error_class,
-                error_message=error,
-                response_excerpt=outcome.excerpt,
+    by_attempt: dict[int, set[int]] = defaultdict(set)
+    for command, attempt in wanted:
+        by_attempt[attempt].add(command.pk)
+    won: set[int] = set()
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        for attempt, ids in by_attempt.items():
+            cursor.execute(
+                START_SQL.format(ids=", ".join(["%s"] * len(ids))),
+                [State.DISPATCHING.value, stamp, attempt, State.QUEUED.value, attempt - 1, *ids],
             )
-    if not moved:
-        # Only possible when a send outlives the visibility timeout, which check E002 rules out.
-        logger.warning(
-            "command %s was recovered while attempt %s was in flight; its outcome (ok=%s, %s) is dropped",
-            command.pk,
-            attempt,
-            outcome.ok,
-            outcome.error_class or outcome.status,
+            won.update(row[0] for row in cursor.fetchall())
+    return won
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A finished send: what went out, when, and how it went."""
+
+    command: Command
+    attempt: int
+    started: datetime
+    finished: datetime
+    outcome: adapters.Outcome
+
+
+def _next_state(sent: Sent) -> tuple[str, dict]:
+    """The event and the fields a finished send writes on its command."""
+    outcome = sent.outcome
+    if outcome.ok:
+        return Event.SUCCEED, {
+            "last_outlook": "",
+            "last_error_class": "",
+            "last_error": "",
+            "next_attempt_at": None,
+            "skip_reason": "",
+            "skip_decided_at": None,
+        }
+    # Decide at once, so the failed list shows why it waits from the first moment.
+    decision = decide_for(
+        {
+            "state": State.FAILED,
+            "last_outlook": outcome.outlook,
+            "attempts": sent.attempt,
+            "next_attempt_at": sent.command.next_attempt_at,
+            "connector__idempotent": sent.command.connector.idempotent,
+        },
+        sent.finished,
+    )
+    return Event.FAIL, {
+        "last_outlook": outcome.outlook or "",
+        "last_error_class": outcome.error_class,
+        "last_error": outcome.detail,
+        "skip_reason": decision.skip or "",
+        "skip_decided_at": sent.finished,
+    }
+
+
+def record_outcomes(
+    sent: list[Sent], now: datetime, *, queue: ReliableFIFO | None = None, items: tuple[Item, ...] = ()
+) -> Counter:
+    """Write the attempt rows and the next states of finished sends, and finish their queue items,
+    in one transaction (the items after it on a queue outside the database). Returns a count of
+    the states reached.
+
+    Attempt rows are written once, complete; a send that never reports back gets its row from
+    :func:`recover` instead. Commands with the same outcome and no error text move together.
+    """
+    try:
+        return _record(sent, now, queue, items, together=True)
+    except _Recovered:
+        return _record(sent, now, queue, items, together=False)
+
+
+class _Recovered(Exception):
+    """A group of finished sends did not move whole: some were recovered while in flight."""
+
+
+def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) -> Counter:
+    results: Counter = Counter()
+    groups: dict[tuple, list[Sent]] = defaultdict(list)
+    for one in sent:
+        event, changes = _next_state(one)
+        groups[event, one.attempt, tuple(sorted(changes.items()))].append(one)
+    with transaction.atomic():
+        recorded: list[Sent] = []
+        for (event, attempt, changes), group in groups.items():
+            dispatching = Command.objects.filter(state=State.DISPATCHING, attempts=attempt)
+            if together:
+                # Only recover() competes for a dispatching row, and only after the visibility
+                # timeout: the group moves whole, or the batch is redone row by row.
+                ids = [one.command.pk for one in group]
+                if dispatching.filter(pk__in=ids).transition(
+                    State.DISPATCHING, event, now, **dict(changes)
+                ) != len(ids):
+                    raise _Recovered
+                recorded.extend(group)
+                continue
+            for one in group:
+                if dispatching.filter(pk=one.command.pk).transition(
+                    State.DISPATCHING, event, now, **dict(changes)
+                ):
+                    recorded.append(one)
+                else:
+                    # Only possible when a send outlives the visibility timeout, which check E002 rules out.
+                    logger.warning(
+                        "command %s was recovered while attempt %s was in flight", one.command.pk, attempt
+                    )
+                    results["stale"] += 1
+        Attempt.objects.bulk_create(
+            Attempt(
+                command=one.command,
+                number=one.attempt,
+                started_at=one.started,
+                finished_at=one.finished,
+                ok=one.outcome.ok,
+                outlook=one.outcome.outlook or "",
+                status_code=one.outcome.status,
+                error_class=one.outcome.error_class,
+                error_message=one.outcome.detail if not one.outcome.ok else "",
+                response_excerpt=one.outcome.excerpt,
+            )
+            for one in recorded
         )
-        return "stale"
-    return State.SUCCEEDED.value if outcome.ok else State.FAILED.value
+        results.update(State.SUCCEEDED.value if one.outcome.ok else State.FAILED.value for one in recorded)
+        if items:
+            with_commit(queue, lambda: queue.done(*items))
+    return results
 
 
 @dataclass
@@ -249,36 +322,88 @@ class _Entry:
     attempt: int
 
 
-class _Workers:
-    """A fixed set of threads running sends; each closes its own database connection when it ends."""
+class _Senders:
+    """Threads that only send; every finished send goes to the recorder, and its slot is freed."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, recorder: _Recorder):
+        self.recorder = recorder
         self.tasks: stdlib_queue.SimpleQueue = stdlib_queue.SimpleQueue()
-        self.results: stdlib_queue.SimpleQueue = stdlib_queue.SimpleQueue()
+        self.freed: stdlib_queue.SimpleQueue = stdlib_queue.SimpleQueue()
         self.threads = [
-            threading.Thread(target=self._run, name=f"dispatch-{n}", daemon=True) for n in range(size)
+            threading.Thread(target=self._run, name=f"send-{n}", daemon=True) for n in range(size)
         ]
         for thread in self.threads:
             thread.start()
 
     def _run(self) -> None:
-        try:
-            while (entry := self.tasks.get()) is not None:
-                try:
-                    result = send_command(entry.command, entry.attempt)
-                except Exception:
-                    # The database failed us around the send; recover() settles the command.
-                    logger.exception("dispatch of command %s failed", entry.command.pk)
-                    result = "error"
-                self.results.put((entry, result))
-        finally:
-            connections.close_all()
+        while (task := self.tasks.get()) is not None:
+            entry, started = task
+            outcome = adapters.send(entry.command)  # never raises: a bug is an outcome too
+            self.recorder.inbox.put(
+                (entry, Sent(entry.command, entry.attempt, started, timezone.now(), outcome))
+            )
+            self.freed.put(entry)
 
     def close(self) -> None:
         for _ in self.threads:
             self.tasks.put(None)
         for thread in self.threads:
             thread.join()
+
+
+class _Recorder:
+    """One thread that writes finished sends in batches (``record_outcomes``), while the
+    dispatcher's own thread goes on claiming and starting: the two database paths overlap."""
+
+    def __init__(self, queue: ReliableFIFO):
+        self.queue = queue
+        self.inbox: stdlib_queue.Queue = stdlib_queue.Queue()
+        self.results: Counter = Counter()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="record", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                batch = [self.inbox.get()]
+                while True:
+                    try:
+                        batch.append(self.inbox.get_nowait())
+                    except stdlib_queue.Empty:
+                        break
+                finished = [task for task in batch if task is not None]
+                try:
+                    if finished:
+                        counts = record_outcomes(
+                            [sent for _, sent in finished],
+                            timezone.now(),
+                            queue=self.queue,
+                            items=tuple(entry.item for entry, _ in finished),
+                        )
+                except Exception:
+                    # The items stay busy; recover() settles their commands once the claims expire.
+                    logger.exception("recording %s finished sends failed", len(finished))
+                    counts = Counter({"error": len(finished)})
+                with self.lock:
+                    self.results.update(counts if finished else {})
+                for _ in batch:
+                    self.inbox.task_done()
+                if len(finished) < len(batch):
+                    return
+        finally:
+            connections.close_all()
+
+    def take_results(self) -> Counter:
+        """Wait until everything handed over is written; returns the counts since the last call."""
+        self.inbox.join()
+        with self.lock:
+            results, self.results = self.results, Counter()
+        return results
+
+    def close(self) -> None:
+        self.inbox.put(None)
+        self.thread.join()
 
 
 class Dispatcher:
@@ -298,12 +423,13 @@ class Dispatcher:
         self.batch = batch or settings.ANKUSA_DISPATCH_BATCH
         self.stop = stop or threading.Event()
         self.queue = queue or commands_queue()
-        self._workers: _Workers | None = None
+        self._senders: _Senders | None = None
 
     def close(self) -> None:
-        if self._workers is not None:
-            self._workers.close()
-            self._workers = None
+        if self._senders is not None:
+            self._senders.close()
+            self._senders.recorder.close()
+            self._senders = None
 
     def __enter__(self) -> Dispatcher:
         return self
@@ -311,7 +437,7 @@ class Dispatcher:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _entries(self, items: list[Item], finished: list[Item]) -> list[_Entry]:
+    def _entries(self, items: list[Item]) -> list[_Entry]:
         """Turn claimed items into sends (one query for the batch); items naming no command end here."""
         wanted: list[Item] = []
         for item in items:
@@ -327,28 +453,29 @@ class Dispatcher:
         commands = Command.objects.select_related("connector").in_bulk(
             [item.payload["command"] for item in wanted]
         )
-        entries = []
+        entries, gone = [], []
         for item in wanted:
             command = commands.get(item.payload["command"])
             if command is None:
-                finished.append(item)  # the command is gone: nothing to send
+                gone.append(item)  # the command was deleted: nothing to send
             else:
                 entries.append(_Entry(item, command, item.payload["attempt"]))
+        if gone:
+            self.queue.done(*gone)
         return entries
 
     def drain(self, *, max_items: int | None = None, max_seconds: float | None = None) -> DrainSummary:
         """Claim and send until the queue is empty, a limit is reached, or ``stop`` is set.
 
-        On stop it claims nothing more, finishes the sends in flight and puts the items it holds
-        but has not started back at the head of the queue.
+        On stop it claims nothing more, finishes and records the sends in flight, and puts the
+        items it holds but has not started back at the head of the queue.
         """
-        if self._workers is None:
-            self._workers = _Workers(self.concurrency)
+        if self._senders is None:
+            self._senders = _Senders(self.concurrency, _Recorder(self.queue))
         summary = DrainSummary()
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         waiting: deque[_Entry] = deque()
         in_flight: Counter[int] = Counter()
-        finished: list[Item] = []
         exhausted = False
         while True:
             stopping = (
@@ -367,35 +494,51 @@ class Dispatcher:
                 items = self.queue.claim(want)
                 summary.claimed += len(items)
                 exhausted = len(items) < want
-                waiting.extend(self._entries(items, finished))
+                waiting.extend(self._entries(items))
             if stopping and waiting:
                 self.queue.unclaim(*(entry.item for entry in waiting))
                 waiting.clear()
-            for entry in list(waiting):
-                if in_flight[entry.command.connector_id] < self.per_connector:
-                    waiting.remove(entry)
-                    in_flight[entry.command.connector_id] += 1
-                    self._workers.tasks.put(entry)
-            if finished:
-                self.queue.done(*finished)
-                finished.clear()
+            self._start(waiting, in_flight, summary)
             if not in_flight.total():
                 if stopping or (exhausted and not waiting):
+                    summary.results.update(self._senders.recorder.take_results())
                     return summary
                 continue
             try:
-                results = [self._workers.results.get(timeout=POLL_S)]
+                freed = [self._senders.freed.get(timeout=POLL_S)]
             except stdlib_queue.Empty:
                 continue
             while True:
                 try:
-                    results.append(self._workers.results.get_nowait())
+                    freed.append(self._senders.freed.get_nowait())
                 except stdlib_queue.Empty:
                     break
-            for entry, result in results:
+            for entry in freed:
                 in_flight[entry.command.connector_id] -= 1
-                summary.results[result] += 1
-                finished.append(entry.item)
+
+    def _start(self, waiting: deque[_Entry], in_flight: Counter[int], summary: DrainSummary) -> None:
+        """Start every waiting send whose connector has a free slot (one transaction for them all)."""
+        ready: list[_Entry] = []
+        for entry in list(waiting):
+            if in_flight[entry.command.connector_id] < self.per_connector:
+                waiting.remove(entry)
+                in_flight[entry.command.connector_id] += 1
+                ready.append(entry)
+        if not ready:
+            return
+        now = timezone.now()
+        won = start_sends([(entry.command, entry.attempt) for entry in ready], now)
+        stale = []
+        for entry in ready:
+            if entry.command.pk in won:
+                won.discard(entry.command.pk)  # a duplicate item in the same batch is stale
+                self._senders.tasks.put((entry, now))
+            else:
+                in_flight[entry.command.connector_id] -= 1
+                stale.append(entry.item)
+        if stale:
+            self.queue.done(*stale)
+            summary.results["stale"] += len(stale)
 
 
 # --- recover -------------------------------------------------------------------------------------
