@@ -42,7 +42,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from commands import adapters, retry
-from commands.models import Attempt, Command
+from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
 
@@ -450,9 +450,11 @@ class Dispatcher:
                 wanted.append(item)
             else:
                 self.queue.fail(item, f"not a command item: {str(payload)[:200]}")
-        commands = Command.objects.select_related("connector").in_bulk(
-            [item.payload["command"] for item in wanted]
-        )
+        commands = Command.objects.in_bulk([item.payload["command"] for item in wanted])
+        missing = {command.connector_id for command in commands.values()} - self._connectors.keys()
+        self._connectors.update(Connector.objects.in_bulk(missing))
+        for command in commands.values():
+            command.connector = self._connectors[command.connector_id]
         entries, gone = [], []
         for item in wanted:
             command = commands.get(item.payload["command"])
@@ -472,6 +474,9 @@ class Dispatcher:
         """
         if self._senders is None:
             self._senders = _Senders(self.concurrency, _Recorder(self.queue))
+        # Connectors are read once per drain and shared by their commands: a drain lasts a round
+        # (or a Celery task), so a saved connector is seen from the next one on.
+        self._connectors: dict[int, Connector] = {}
         summary = DrainSummary()
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         waiting: deque[_Entry] = deque()
