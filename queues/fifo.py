@@ -1,30 +1,72 @@
 """The reliable FIFO: the hand-off between intake and dispatch (seed: ``ReliableFIFO.pm``).
 
-A queue has three sub-queues: ``main`` (waiting, strict FIFO by enqueue order), ``busy``
-(claimed by a consumer, with the claim time) and ``failed`` (given up on, with the last error).
+A queue has three sub-queues: ``main`` (waiting, strict FIFO), ``busy`` (claimed by a consumer,
+with the claim time) and ``failed`` (given up on, with the last error, in the order they failed).
 A consumer claims items, works on them and marks them done; a consumer that dies leaves its items
-in ``busy`` until ``handle_expired`` recovers them.
+in ``busy`` until ``handle_expired`` recovers them (``manage.py queues recover`` or the dispatch
+loop, after ``ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S``).
 
-Identity is the item id, never the payload: two identical payloads are two items.
+Identity is the item id, never the payload: two identical payloads are two items. Each claim of
+an item increments its ``claims`` number, and ``done``/``requeue``/``fail``/``unclaim`` given an
+``Item`` act only while the item is still busy *under that claim*. So a consumer whose claim
+expired and whose item was recovered and claimed by someone else cannot complete or requeue it a
+second time: the call skips it, logs a warning and reports it in its return value. (A bare id
+instead of an ``Item`` skips that guard: it acts on whatever claim the item is under.)
 
-This module is the contract only. The backends (``queues.backends.database``,
-``queues.backends.redis``) implement it and one contract test suite runs against each;
-``get_queue(name)`` picks the backend the settings name for that queue.
+Backend per queue name (settings, in precedence order): ``ANKUSA_QUEUE_BACKENDS`` (``name=redis``)
+> ``ANKUSA_QUEUE_BACKEND`` > ``database``. Both backends keep the seed's bounds: enqueue O(1) per
+item, claim O(n claimed) whatever the queue length, done O(log busy).
+
+What this does NOT guarantee:
+* Exactly-once *processing*. An item is handed to one consumer at a time, but a consumer that
+  dies after its work and before ``done`` leaves it busy, and recovery hands it out again: this is
+  at-least-once delivery, and ``commands`` decides whether a second send is safe.
+* FIFO across consumers. Claims are in strict order; two consumers working at different speeds
+  finish in any order. Items enqueued by concurrent transactions are ordered by commit, roughly.
+* Clock agreement. Claim and failure times come from the clock of the node that made them
+  (``clock``, default ``django.utils.timezone.now``); recovery compares them with its own. Skew of
+  seconds between nodes is noise against a visibility timeout of minutes.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable
+import json
+import logging
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from django.conf import settings
+from django.utils import timezone
+
 Kind = Literal["main", "busy", "failed"]
+KINDS: tuple[Kind, ...] = ("main", "busy", "failed")
+Action = Literal["requeue", "fail", "drop"]
+ACTIONS: tuple[Action, ...] = ("requeue", "fail", "drop")
+
+# Queue names end up inside Redis keys (between the braces of a hash tag) and in URLs.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# The error text kept on an item; the rest is cut (an HTML error page is not worth 1 MB per row).
+MAX_ERROR_CHARS = 2000
+# ``claim(wait=...)`` polls an empty queue, doubling its pause from the first to the last value:
+# an item that arrives while a consumer waits is picked up within 200 ms, and an idle consumer
+# costs its backend five cheap queries a second.
+POLL_FIRST_S = 0.01
+POLL_MAX_S = 0.2
+
+logger = logging.getLogger("ankusa.queues")
 
 
 @dataclass(frozen=True)
 class Item:
+    """One queued payload and its history. ``claims`` is also the token of the current claim."""
+
     id: int
     payload: Any
     enqueued_at: datetime
@@ -32,87 +74,280 @@ class Item:
     requeue_count: int = 0
     fail_count: int = 0
     last_error: str = ""
+    claims: int = 0
+    failed_at: datetime | None = None
 
 
 class ReliableFIFO(abc.ABC):
-    """The interface every backend implements. Complexity bounds are the seed's."""
+    """The interface every backend implements; ``claim`` and ``consume`` are shared here."""
 
-    def __init__(self, name: str, *, requeue_limit: int = 5):
+    backend: str = ""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        requeue_limit: int = 5,
+        visibility_timeout: timedelta = timedelta(minutes=5),
+        clock: Callable[[], datetime] = timezone.now,
+    ):
+        if not NAME_PATTERN.match(name):
+            raise ValueError(f"Queue name {name!r}: use 1 to 64 letters, digits, '_', '.' or '-'.")
         self.name = name
         self.requeue_limit = requeue_limit
+        self.visibility_timeout = visibility_timeout
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # --- producers --------------------------------------------------------------------------------
 
     @abc.abstractmethod
     def enqueue(self, *payloads: Any) -> list[int]:
         """Append JSON payloads in order; returns their item ids. O(1) per item."""
 
-    @abc.abstractmethod
-    def claim(self, n: int = 1, wait: float = 0) -> list[Item]:
-        """Move the ``n`` oldest items to busy and return them (fewer when fewer are ready).
+    # --- consumers --------------------------------------------------------------------------------
 
-        Blocks up to ``wait`` seconds when the queue is empty. O(n), independent of queue length.
+    def claim(self, n: int = 1, wait: float = 0) -> list[Item]:
+        """Move the ``n`` oldest items to busy and return them in order (fewer when fewer are ready).
+
+        When the queue is empty, polls it for up to ``wait`` seconds. O(n), whatever the length.
         """
+        if n < 1:
+            raise ValueError("claim needs n >= 1.")
+        deadline = time.monotonic() + wait
+        pause = POLL_FIRST_S
+        while True:
+            items = self._claim(n, self.clock())
+            left = deadline - time.monotonic()
+            if items or left <= 0:
+                return items
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, POLL_MAX_S)
+
+    @abc.abstractmethod
+    def _claim(self, n: int, now: datetime) -> list[Item]:
+        """One attempt at claiming ``n`` items at ``now``, in queue order."""
 
     @abc.abstractmethod
     def done(self, *items: Item | int) -> int:
-        """Finish busy items; returns how many were finished. An item no longer busy is skipped."""
+        """Finish busy items; returns how many were finished. An item no longer held is skipped."""
 
     @abc.abstractmethod
     def fail(self, item: Item | int, error: str) -> bool:
-        """Move a busy item to failed with ``error``."""
+        """Move a busy item to failed with ``error``; False when it was no longer held."""
 
     @abc.abstractmethod
     def requeue(self, *items: Item | int, front: bool = False, error: str = "") -> int:
-        """Put busy items back (counted; past ``requeue_limit`` they go to failed)."""
+        """Put busy items back at the tail (or the head), counting towards ``requeue_limit``.
+
+        An item already requeued ``requeue_limit`` times goes to failed instead, keeping ``error``.
+        Returns how many items were still held (and so moved, to main or to failed).
+        """
 
     @abc.abstractmethod
     def unclaim(self, *items: Item | int) -> int:
-        """Put busy items back at the head, uncounted (a consumer that will not work on them)."""
+        """Put busy items back at the head in the given order, uncounted (work not started)."""
 
-    @abc.abstractmethod
-    def requeue_failed(self, max_fail_count: int | None = None, delay: timedelta | None = None) -> int:
-        """Move failed items back to main."""
-
-    @abc.abstractmethod
-    def remove_failed(self, older_than: timedelta | None = None) -> int:
-        """Drop failed items."""
+    # --- recovery and the failed list ---------------------------------------------------------------
 
     @abc.abstractmethod
     def handle_expired(
-        self, older_than: timedelta, action: Literal["requeue", "fail", "drop"] = "requeue"
+        self, older_than: timedelta | None = None, action: Action = "requeue", *, limit: int | None = None
     ) -> list[Item]:
-        """Recover items claimed longer ago than ``older_than``; returns what it touched."""
+        """Recover items claimed longer ago than ``older_than`` (default: the visibility timeout).
+
+        ``requeue`` counts towards the requeue limit like ``requeue``; ``fail`` moves them to failed;
+        ``drop`` deletes them. Returns the items touched, as they were while busy, oldest claim
+        first; at most ``limit`` of them. Never scans the whole busy set.
+        """
 
     @abc.abstractmethod
-    def length(self, kind: Kind = "main") -> int: ...
+    def requeue_failed(
+        self, max_fail_count: int | None = None, delay: timedelta | None = None, *, limit: int | None = None
+    ) -> int:
+        """Move failed items back to the tail of main, in the order they failed, with a fresh
+        requeue count. Only those that failed at most ``max_fail_count`` times and at least
+        ``delay`` ago. Returns how many moved. O(failed): an operator's action, not a hot path.
+        """
 
     @abc.abstractmethod
-    def peek(self, kind: Kind = "main", n: int = 1) -> list[Item]: ...
+    def remove_failed(self, older_than: timedelta | None = None, *, limit: int | None = None) -> int:
+        """Delete failed items that failed at least ``older_than`` ago (all, without it)."""
+
+    # --- inspection ---------------------------------------------------------------------------------
 
     @abc.abstractmethod
+    def length(self, kind: Kind = "main") -> int:
+        """How many items are in the sub-queue."""
+
+    @abc.abstractmethod
+    def peek(self, kind: Kind = "main", n: int = 1) -> list[Item]:
+        """The first ``n`` items of a sub-queue without claiming them: main in claim order, busy by
+        claim time, failed in the order they failed."""
+
     def age(self, kind: Kind = "main") -> timedelta | None:
-        """Age of the oldest item of ``kind`` (by enqueue time for main/failed, claim time for busy)."""
+        """How long the first item of a sub-queue has waited: main since it was enqueued (the head
+        item), busy since it was claimed (the oldest claim), failed since it failed (the oldest
+        failure). None when the sub-queue is empty."""
+        head = self.peek(kind, 1)
+        if not head:
+            return None
+        item = head[0]
+        since = {"main": item.enqueued_at, "busy": item.claimed_at, "failed": item.failed_at}[kind]
+        return max(self.clock() - since, timedelta(0)) if since else None
+
+    def stats(self) -> dict[str, Any]:
+        """Lengths and ages of the three sub-queues (what the admin page, API and command show)."""
+        result: dict[str, Any] = {"name": self.name, "backend": self.backend}
+        for kind in KINDS:
+            age = self.age(kind)
+            result[kind] = {
+                "length": self.length(kind),
+                "age_s": None if age is None else age.total_seconds(),
+            }
+        return result
 
     @abc.abstractmethod
-    def flush(self) -> int: ...
+    def flush(self) -> int:
+        """Delete every item of the queue, whatever its sub-queue; returns how many. O(n)."""
 
-    @abc.abstractmethod
+    # --- the consumer loop --------------------------------------------------------------------------
+
     def consume(
         self,
         callback: Callable[[Item], Any],
         *,
-        on_error: Literal["requeue", "fail", "drop"] = "requeue",
+        on_error: Action = "requeue",
         chunk: int = 1,
         max_items: int | None = None,
         max_seconds: float | None = None,
         return_when_empty: bool = False,
     ) -> int:
-        """Claim, call ``callback``, mark done; stops cleanly on SIGTERM/SIGINT after the item in hand."""
+        """Claim ``chunk`` items at a time, call ``callback`` on each and mark it done.
+
+        When the callback raises, the item is requeued (counted), failed or dropped as ``on_error``
+        says, with the exception as its error. Returns how many items the callback handled
+        (successfully or not). Stops after ``max_items`` items or ``max_seconds``, when the queue
+        is empty if ``return_when_empty``, and on SIGTERM/SIGINT: the item in hand is finished,
+        the rest of the chunk is unclaimed (back to the head, uncounted). The signal handlers are
+        installed only when called from the main thread, and restored on return.
+        """
+        if on_error not in ACTIONS:
+            raise ValueError(f"on_error must be one of {ACTIONS}.")
+        stop = threading.Event()
+        previous = _install_stop_handlers(stop)
+        started = time.monotonic()
+        handled = 0
+        try:
+            while not stop.is_set():
+                budget = None if max_seconds is None else max_seconds - (time.monotonic() - started)
+                wanted = chunk if max_items is None else min(chunk, max_items - handled)
+                if wanted <= 0 or (budget is not None and budget <= 0):
+                    break
+                # Wait in short slices so a signal or the time budget is noticed promptly.
+                wait = 0 if return_when_empty else min(1.0, budget if budget is not None else 1.0)
+                items = self.claim(wanted, wait=wait)
+                if not items:
+                    if return_when_empty:
+                        break
+                    continue
+                for index, item in enumerate(items):
+                    if stop.is_set():
+                        self.unclaim(*items[index:])
+                        break
+                    self._handle(item, callback, on_error)
+                    handled += 1
+        finally:
+            _restore_handlers(previous)
+        return handled
+
+    def _handle(self, item: Item, callback: Callable[[Item], Any], on_error: Action) -> None:
+        try:
+            callback(item)
+        except Exception as exc:  # noqa: BLE001 - a failing item must not stop the consumer
+            error = f"{type(exc).__name__}: {exc}"
+            logger.warning("queue %s: item %s failed in consume: %s", self.name, item.id, error)
+            if on_error == "requeue":
+                self.requeue(item, error=error)
+            elif on_error == "fail":
+                self.fail(item, error)
+            else:
+                self.done(item)
+            return
+        self.done(item)
+
+    # --- helpers for the backends -------------------------------------------------------------------
+
+    def _report_skipped(self, operation: str, wanted: Sequence[int], held: Iterable[int]) -> None:
+        skipped = sorted(set(wanted) - set(held))
+        if skipped:
+            logger.warning(
+                "queue %s: %s skipped %d item(s) no longer held by this claim (expired and "
+                "recovered, or already finished): %s",
+                self.name,
+                operation,
+                len(skipped),
+                skipped[:20],
+            )
 
 
-def get_queue(name: str) -> ReliableFIFO:
-    """The queue called ``name`` on the backend the settings choose for it."""
-    raise NotImplementedError("The backends arrive with the queues issue.")
+def encode_payload(payload: Any) -> str:
+    """The payload as compact JSON; anything JSON cannot carry (NaN, sets, objects) is refused."""
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"A queue payload must be JSON: {exc}") from None
+
+
+def clip_error(error: str) -> str:
+    return str(error)[:MAX_ERROR_CHARS]
+
+
+def tokens_of(items: Iterable[Item | int]) -> list[tuple[int, int | None]]:
+    """``(id, claims)`` for each item; ``claims`` is None for a bare id (no claim check)."""
+    return [(item.id, item.claims) if isinstance(item, Item) else (int(item), None) for item in items]
 
 
 def ids_of(items: Iterable[Item | int]) -> list[int]:
     return [item.id if isinstance(item, Item) else int(item) for item in items]
+
+
+def backend_for(name: str) -> str:
+    """The backend the settings choose for queue ``name``."""
+    return settings.ANKUSA_QUEUE_BACKENDS.get(name, settings.ANKUSA_QUEUE_BACKEND)
+
+
+def get_queue(name: str, backend: str | None = None) -> ReliableFIFO:
+    """The queue called ``name`` on the backend the settings choose for it (or ``backend``)."""
+    backend = backend or backend_for(name)
+    options = {
+        "requeue_limit": settings.ANKUSA_QUEUE_REQUEUE_LIMIT,
+        "visibility_timeout": timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S),
+    }
+    if backend == "database":
+        from queues.backends.database import DatabaseFIFO
+
+        return DatabaseFIFO(name, **options)
+    if backend == "redis":
+        from queues.backends.redis import RedisFIFO
+
+        return RedisFIFO(name, **options)
+    raise ValueError(f"Unknown queue backend {backend!r}: use 'database' or 'redis'.")
+
+
+def _install_stop_handlers(stop: threading.Event) -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum, frame):
+        logger.info("queue consumer: signal %s, stopping after the item in hand", signum)
+        stop.set()
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_handlers(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)

@@ -1,0 +1,78 @@
+"""What only the database backend promises: it joins the caller's transaction, and its claim is
+one statement served by one partial index."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from queues.backends.database import CLAIM_SQL_POSTGRESQL, DatabaseFIFO
+from queues.models import QueueItem
+
+
+class Rollback(Exception):
+    pass
+
+
+def test_enqueue_inside_a_rolled_back_transaction_leaves_no_item(db):
+    queue = DatabaseFIFO("commands")
+    with pytest.raises(Rollback), transaction.atomic():
+        queue.enqueue({"command": 1})
+        assert queue.length() == 1  # visible inside the caller's own transaction
+        raise Rollback
+    assert queue.length() == 0
+    assert not QueueItem.objects.exists()
+
+
+def test_enqueue_inside_a_committed_transaction_commits_with_it(db):
+    queue = DatabaseFIFO("commands")
+    with transaction.atomic():
+        (pk,) = queue.enqueue({"command": 1})
+    assert [item.id for item in queue.claim()] == [pk]
+
+
+def test_enqueue_does_not_commit_on_its_own_inside_a_transaction(transactional_db):
+    """Another connection sees nothing until the caller commits."""
+    queue = DatabaseFIFO("commands")
+    seen = []
+
+    def look():
+        seen.append(QueueItem.objects.filter(queue="commands").count())
+        connection.close()
+
+    with transaction.atomic():
+        queue.enqueue({"command": 1})
+        if connection.vendor == "postgresql":  # SQLite's writer holds the lock; a reader would wait
+            reader = threading.Thread(target=look)
+            reader.start()
+            reader.join(10)
+            assert seen == [0]
+    assert queue.length() == 1
+
+
+def test_a_json_null_payload_is_stored_as_json_not_sql_null(db):
+    DatabaseFIFO("jobs").enqueue(None)
+    assert QueueItem.objects.filter(payload__isnull=True).count() == 0
+    assert QueueItem.objects.get().payload is None
+
+
+def test_done_deletes_the_row(db):
+    queue = DatabaseFIFO("jobs")
+    queue.enqueue("a")
+    queue.done(*queue.claim())
+    assert not QueueItem.objects.exists()
+
+
+def test_postgresql_claim_is_one_statement_on_the_main_order_index(postgres):
+    queue = DatabaseFIFO("jobs")
+    queue.enqueue(*range(50))
+    DatabaseFIFO("other").enqueue(*range(50))
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")  # a 100-row table would otherwise be scanned
+        cursor.execute("EXPLAIN " + CLAIM_SQL_POSTGRESQL, ["jobs", 10, queue.clock()])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("RESET enable_seqscan")
+    assert "queueitem_main_order" in plan
+    assert "LockRows" in plan
