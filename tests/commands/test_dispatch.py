@@ -362,3 +362,24 @@ def test_two_dispatchers_in_threads_send_every_command_once(make_connector, make
         d.close()
     assert sink.counts == {str(c.pk): 1 for c in commands}
     assert Command.objects.filter(state=State.SUCCEEDED).count() == 60
+
+
+def test_a_round_on_the_redis_queue_sends_after_commit_and_recovers_lost_items(
+    make_connector, make_command, django_redis, clock, sink
+):
+    queue = get_queue(dispatch.QUEUE_NAME, backend="redis")
+    queue.flush()
+    connector = make_connector(url=sink.url)
+    commands = [make_command(connector) for _ in range(3)]
+    with dispatch.Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
+        summary = dispatch.run_round(dispatcher)
+        assert (summary.swept.taken, summary.drained.results) == (3, {"succeeded": 3})
+        assert sink.counts == {str(c.pk): 1 for c in commands}
+        assert (queue.length("main"), queue.length("busy")) == (0, 0)
+        # A command queued whose enqueue never happened (the process died after the commit):
+        lost = make_command(connector, state=State.QUEUED, state_changed_at=T0)
+        clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
+        summary = dispatch.run_round(dispatcher)
+    assert summary.recovered.lost_requeued == 1
+    lost.refresh_from_db()
+    assert (lost.state, sink.counts[str(lost.pk)]) == (State.SUCCEEDED, 1)
