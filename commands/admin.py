@@ -91,7 +91,20 @@ class SourceAdmin(admin.ModelAdmin):
     filter_horizontal = ["connectors"]
 
 
-class AttemptInline(admin.TabularInline):
+class HistoryOnly:
+    """Attempts are history: shown, never added, changed or deleted here."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class AttemptInline(HistoryOnly, admin.TabularInline):
     model = Attempt
     fields = [
         "number",
@@ -105,13 +118,6 @@ class AttemptInline(admin.TabularInline):
     ]
     readonly_fields = fields
     extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 STATE_FIELDS = [
@@ -163,7 +169,7 @@ class CommandAdmin(admin.ModelAdmin):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(admin.ModelAdmin):
+class AttemptAdmin(HistoryOnly, admin.ModelAdmin):
     list_display = [
         "command",
         "number",
@@ -178,12 +184,3 @@ class AttemptAdmin(admin.ModelAdmin):
     list_select_related = ["command"]
     raw_id_fields = ["command"]
     show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
