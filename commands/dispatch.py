@@ -4,11 +4,13 @@
   ``retry.decide``. Taken: ``→ queued`` by a conditional update and one item on the ``commands``
   queue. Skipped: the reason is written on the command and it stays where it is; a reason only a
   person can change (``never``, ``not-idempotent``, ...) parks it outside the sweep's query.
-* **consume** — claim items, move the command ``queued → dispatching`` (conditional on the attempt
-  number the sweep gave it) together with a new ``Attempt`` row, send it through its adapter, then
-  write the outcome and the next state, and mark the item done. Sends run in a bounded pool of
-  threads (``ANKUSA_DISPATCH_CONCURRENCY``) with a cap per connector
-  (``ANKUSA_DISPATCH_PER_CONNECTOR``), because a send waits on the receiver, not on us.
+* **consume** — claim items; for the ones a sender thread is free for, win ``queued →
+  dispatching`` for the attempt number the sweep gave them (one ``UPDATE … RETURNING`` for the
+  batch); send through the adapter in a bounded pool of threads (``ANKUSA_DISPATCH_CONCURRENCY``,
+  at most ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector), because a send waits on the receiver,
+  not on us; then a recorder thread writes each batch of outcomes — attempt rows, next states,
+  queue items done — in one transaction. Only the sender threads wait on receivers; only the
+  dispatcher's and the recorder's threads touch the database.
 * **recover** — a command still ``dispatching`` longer than the visibility timeout lost its worker
   (the system check E002 keeps a live send shorter than that): it becomes ``failed`` with **no**
   outlook, because nobody knows whether it went out, so a non-idempotent connector is never sent
@@ -165,13 +167,12 @@ def sweep(
 
 
 # Django's update() cannot say which rows it moved; UPDATE … RETURNING can, in one round trip (on
-# PostgreSQL and on SQLite ≥ 3.35 alike). The move is the table's queued --start--> dispatching.
-START_SQL = """
-UPDATE commands_command SET state = %s, state_changed_at = %s, attempts = %s
-WHERE state = %s AND attempts = %s AND id IN ({ids})
+# PostgreSQL and on SQLite ≥ 3.35 alike). It is the table's move queued --start--> dispatching.
+START_SQL = f"""
+UPDATE {Command._meta.db_table} SET state = %s, state_changed_at = %s, attempts = %s
+WHERE state = %s AND attempts = %s AND id IN ({{ids}})
 RETURNING id
 """
-assert next_state(State.QUEUED, Event.START) == State.DISPATCHING
 
 
 def start_sends(wanted: list[tuple[Command, int]], now: datetime) -> set[int]:
@@ -188,7 +189,14 @@ def start_sends(wanted: list[tuple[Command, int]], now: datetime) -> set[int]:
         for attempt, ids in by_attempt.items():
             cursor.execute(
                 START_SQL.format(ids=", ".join(["%s"] * len(ids))),
-                [State.DISPATCHING.value, stamp, attempt, State.QUEUED.value, attempt - 1, *ids],
+                [
+                    next_state(State.QUEUED, Event.START).value,
+                    stamp,
+                    attempt,
+                    State.QUEUED.value,
+                    attempt - 1,
+                    *ids,
+                ],
             )
             won.update(row[0] for row in cursor.fetchall())
     return won
@@ -245,7 +253,8 @@ def record_outcomes(
     the states reached.
 
     Attempt rows are written once, complete; a send that never reports back gets its row from
-    :func:`recover` instead. Commands with the same outcome and no error text move together.
+    :func:`recover` instead. Commands whose changes are identical (every success of one attempt
+    number, say) move in one UPDATE.
     """
     try:
         return _record(sent, now, queue, items, together=True)
@@ -373,20 +382,20 @@ class _Recorder:
                     except stdlib_queue.Empty:
                         break
                 finished = [task for task in batch if task is not None]
-                try:
-                    if finished:
+                if finished:
+                    try:
                         counts = record_outcomes(
                             [sent for _, sent in finished],
                             timezone.now(),
                             queue=self.queue,
                             items=tuple(entry.item for entry, _ in finished),
                         )
-                except Exception:
-                    # The items stay busy; recover() settles their commands once the claims expire.
-                    logger.exception("recording %s finished sends failed", len(finished))
-                    counts = Counter({"error": len(finished)})
-                with self.lock:
-                    self.results.update(counts if finished else {})
+                    except Exception:
+                        # The items stay busy; recover() settles their commands once the claims expire.
+                        logger.exception("recording %s finished sends failed", len(finished))
+                        counts = Counter({"error": len(finished)})
+                    with self.lock:
+                        self.results.update(counts)
                 for _ in batch:
                     self.inbox.task_done()
                 if len(finished) < len(batch):
@@ -424,6 +433,7 @@ class Dispatcher:
         self.stop = stop or threading.Event()
         self.queue = queue or commands_queue()
         self._senders: _Senders | None = None
+        self._connectors: dict[int, Connector] = {}
 
     def close(self) -> None:
         if self._senders is not None:
@@ -476,7 +486,7 @@ class Dispatcher:
             self._senders = _Senders(self.concurrency, _Recorder(self.queue))
         # Connectors are read once per drain and shared by their commands: a drain lasts a round
         # (or a Celery task), so a saved connector is seen from the next one on.
-        self._connectors: dict[int, Connector] = {}
+        self._connectors.clear()
         summary = DrainSummary()
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         waiting: deque[_Entry] = deque()
@@ -522,9 +532,15 @@ class Dispatcher:
                 in_flight[entry.command.connector_id] -= 1
 
     def _start(self, waiting: deque[_Entry], in_flight: Counter[int], summary: DrainSummary) -> None:
-        """Start every waiting send whose connector has a free slot (one transaction for them all)."""
+        """Start the waiting sends that a free sender thread and a free connector slot allow.
+
+        A send is started (``dispatching``) only when a thread is free to make it at once, so a
+        process killed at any moment leaves at most ``concurrency`` commands of unknown outcome.
+        """
         ready: list[_Entry] = []
         for entry in list(waiting):
+            if in_flight.total() >= self.concurrency:
+                break
             if in_flight[entry.command.connector_id] < self.per_connector:
                 waiting.remove(entry)
                 in_flight[entry.command.connector_id] += 1

@@ -322,6 +322,18 @@ def test_sends_run_concurrently_but_never_more_than_the_cap_per_connector(
     assert Command.objects.filter(state=State.SUCCEEDED).count() == 36
 
 
+def test_the_pool_size_caps_sends_across_connectors(make_connector, make_command, queue, sink):
+    sink.delay = 0.05
+    for n in range(4):
+        connector = make_connector(f"c{n}", url=sink.url)
+        for _ in range(4):
+            make_command(connector)
+    dispatch.sweep()
+    with dispatch.Dispatcher(concurrency=3, per_connector=3, queue=queue) as dispatcher:
+        assert dispatcher.drain().results == {"succeeded": 16}
+    assert sink.max_in_flight == 3
+
+
 def test_a_stop_finishes_the_sends_in_flight_and_puts_the_rest_back(
     make_connector, make_command, queue, sink
 ):
