@@ -11,8 +11,8 @@
   count is checked, so racing workers cannot both make the same move. The retry decision's inputs
   (``last_outlook``, ``attempts``, ``next_attempt_at``) and its latest answer (``skip_reason``)
   live on the row, so every list can show why a command is waiting.
-* ``Attempt``: one dispatch of one command. Rows are written when a send starts and completed
-  when it ends; the history is never rewritten or deleted by the dispatch loop.
+* ``Attempt``: one dispatch of one command, written once and complete when the send ends (or by
+  the recovery, for a send whose worker died); the dispatch loop never rewrites or deletes one.
 
 Saving a connector makes its ``after-fix`` commands due at once (:meth:`Connector.save`): the fix
 a person just made should not wait out the 10-minute re-check period.
@@ -20,6 +20,7 @@ a person just made should not wait out the 10-minute re-check period.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from django.conf import settings
@@ -48,11 +49,30 @@ PARKED_REASONS = (
 HTTP_METHODS = [("POST", "POST"), ("PUT", "PUT"), ("PATCH", "PATCH")]
 
 
+# An HTTP header name is a token (RFC 9110 §5.1); a value must not break the header block.
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Credentials belong in the write-only secret, never in headers an admin page shows back.
+CREDENTIAL_HEADERS = {"authorization", "proxy-authorization", "cookie", "x-api-key"}
+
+
+def validate_header_name(value: str) -> None:
+    if not HEADER_NAME.match(value):
+        raise ValidationError(f"{value!r} is not a valid HTTP header name.")
+
+
 def validate_headers(value) -> None:
     if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) and k.strip() for k, v in value.items()
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
         raise ValidationError('Headers must be a JSON object of strings: {"X-Team": "ops"}.')
+    for name, header_value in value.items():
+        validate_header_name(name)
+        if "\r" in header_value or "\n" in header_value:
+            raise ValidationError(f"The value of {name} must be on one line.")
+        if name.lower() in CREDENTIAL_HEADERS:
+            raise ValidationError(
+                f"{name} carries a credential: put it in the secret, which is never shown back."
+            )
 
 
 def validate_status_map(value) -> None:
@@ -93,7 +113,10 @@ class Connector(models.Model):
         help_text='HTTP status to outlook, overriding the defaults: {"409": "never"}.',
     )
     secret_header = models.CharField(
-        max_length=100, blank=True, help_text="The header that carries the credential, e.g. Authorization."
+        max_length=100,
+        blank=True,
+        validators=[validate_header_name],
+        help_text="The header that carries the credential, e.g. Authorization.",
     )
     secret = models.TextField(blank=True, help_text="The full header value. Never shown back.")
     updated_at = models.DateTimeField(auto_now=True)

@@ -111,6 +111,10 @@ def test_a_source_starts_its_commands_as_drafts_only_when_they_need_approval(ten
     [
         ("headers", ["X"], "Headers must be a JSON object of strings"),
         ("headers", {"X": 1}, "Headers must be a JSON object of strings"),
+        ("headers", {"X Bad": "1"}, "is not a valid HTTP header name"),
+        ("headers", {"X-Note": "a\r\nInjected: 1"}, "must be on one line"),
+        ("headers", {"authorization": "Bearer x"}, "carries a credential: put it in the secret"),
+        ("secret_header", "Author ization", "is not a valid HTTP header name"),
         ("status_map", {"abc": "never"}, "is not an HTTP status code"),
         ("status_map", {"503": "soon"}, "is not an outlook"),
         ("url", "ftp://example.test/", "Enter a valid URL"),
