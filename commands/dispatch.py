@@ -535,7 +535,8 @@ class Dispatcher:
         """Start the waiting sends that a free sender thread and a free connector slot allow.
 
         A send is started (``dispatching``) only when a thread is free to make it at once, so a
-        process killed at any moment leaves at most ``concurrency`` commands of unknown outcome.
+        process killed at any moment leaves as "unknown" only commands that were being sent, or
+        had been and were waiting for the recorder — never one that had not left yet.
         """
         ready: list[_Entry] = []
         for entry in list(waiting):
