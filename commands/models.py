@@ -166,10 +166,6 @@ class CommandQuerySet(models.QuerySet):
             state__in=[State.APPROVED, State.FAILED],
         ).exclude(skip_reason__in=PARKED_REASONS)
 
-    def failed(self):
-        """The failed list, newest first."""
-        return self.filter(state=State.FAILED).order_by("-id")
-
     def waiting_for_fix(self, connector: Connector):
         """``connector``'s failed commands whose adapter said a configuration fix is needed."""
         return self.filter(connector=connector, state=State.FAILED, last_outlook=Outlook.AFTER_FIX)

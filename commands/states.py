@@ -60,8 +60,3 @@ def next_state(state: str, event: str) -> State | None:
 
 def dispatchable(state: str) -> bool:
     return next_state(state, Event.DISPATCH) is not None
-
-
-def states_allowing(event: str) -> list[State]:
-    """Every state ``event`` may leave from (``cancel`` → draft, approved, failed)."""
-    return [State(source) for (source, name) in TRANSITIONS if name == event]
