@@ -130,6 +130,17 @@ class Connector(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant_id}/{self.name}"
 
+    def clean(self) -> None:
+        # Like system check E002 for the site defaults: a send must end before the recovery takes
+        # it for abandoned, or its command is recorded as "unknown" while it is still going.
+        connect = self.connect_timeout_s or settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S
+        read = self.read_timeout_s or settings.ANKUSA_HTTP_READ_TIMEOUT_S
+        if connect + read >= settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S:
+            raise ValidationError(
+                f"Connect + read timeout ({connect + read:g} s) must stay under the queue's visibility "
+                f"timeout ({settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S} s)."
+            )
+
     def save(self, *args, **kwargs) -> None:
         with transaction.atomic():
             super().save(*args, **kwargs)

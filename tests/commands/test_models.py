@@ -118,6 +118,7 @@ def test_a_source_starts_its_commands_as_drafts_only_when_they_need_approval(ten
         ("status_map", {"abc": "never"}, "is not an HTTP status code"),
         ("status_map", {"503": "soon"}, "is not an outlook"),
         ("url", "ftp://example.test/", "Enter a valid URL"),
+        ("read_timeout_s", 295.0, "must stay under the queue's visibility timeout"),
     ],
 )
 def test_connector_configuration_is_validated(make_connector, field, value, message):
