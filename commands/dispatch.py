@@ -391,9 +391,11 @@ class _Recorder:
                             items=tuple(entry.item for entry, _ in finished),
                         )
                     except Exception:
-                        # The items stay busy; recover() settles their commands once the claims expire.
+                        # The items stay busy; recover() settles their commands once the claims
+                        # expire. A broken connection is dropped so the next batch reconnects.
                         logger.exception("recording %s finished sends failed", len(finished))
                         counts = Counter({"error": len(finished)})
+                        connections.close_all()
                     with self.lock:
                         self.results.update(counts)
                 for _ in batch:

@@ -40,3 +40,24 @@ def test_max_seconds_bounds_a_looping_run(make_connector, make_command):
     rounds = [line for line in out.getvalue().splitlines() if line.startswith("dispatch round")]
     assert 2 <= len(rounds) <= 6
     assert Command.objects.count() == 0
+
+
+def test_a_failed_round_is_logged_and_the_loop_carries_on(monkeypatch, caplog):
+    from commands.management.commands import dispatch as command_module
+
+    real, calls = command_module.run_round, []
+
+    def flaky(dispatcher, **options):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("database went away")
+        return real(dispatcher, **options)
+
+    monkeypatch.setattr(command_module, "run_round", flaky)
+    out = io.StringIO()
+    call_command("dispatch", "--max-seconds", "0.4", "--interval", "0.05", stdout=out)
+    assert "dispatch round failed; retrying in 0.05 s" in caplog.text
+    assert "dispatch round: took 0" in out.getvalue()
+    with pytest.raises(ConnectionError):
+        calls.clear()
+        call_command("dispatch", "--once", stdout=io.StringIO())

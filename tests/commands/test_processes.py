@@ -93,8 +93,9 @@ def test_kill_9_mid_batch_then_restart_ends_every_command_and_never_sends_twice(
         first.kill()  # SIGKILL: no handler, no cleanup
         first.wait()
     gate.open.set()
+    # The four held by the sink, and any answered sends the recorder had not written yet.
     in_flight_at_kill = Command.objects.filter(state=State.DISPATCHING).count()
-    assert in_flight_at_kill == 4
+    assert in_flight_at_kill >= 4
 
     second = start_dispatch(service_env)
     try:

@@ -4,21 +4,26 @@ Every ``ANKUSA_DISPATCH_INTERVAL_S`` (30 s — the first retry backoff, so a ret
 extra round) it runs one round and prints a one-line summary. ``--once`` runs one round and exits
 (for cron); ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no new item is
 claimed, the sends in flight finish and are recorded, the items held but not started go back to
-the head of the queue, and it exits 0. A second identical signal kills it at once.
+the head of the queue, and it exits 0. A second identical signal kills it at once. A round that
+fails (the database is down) is logged and the loop carries on; with ``--once`` it exits non-zero.
 
 Any number of these may run at once (see ``commands.dispatch`` for why nothing is sent twice).
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import close_old_connections
 
 from commands.dispatch import Dispatcher, run_round
+
+logger = logging.getLogger("ankusa.commands.dispatch")
 
 
 class Command(BaseCommand):
@@ -42,8 +47,16 @@ class Command(BaseCommand):
         with Dispatcher(stop=stop) as dispatcher:
             while not stop.is_set():
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                summary = run_round(dispatcher, max_seconds=left)
-                self.stdout.write(summary.line())
+                # As Django does around each request: drop a connection that broke or aged out.
+                close_old_connections()
+                try:
+                    self.stdout.write(run_round(dispatcher, max_seconds=left).line())
+                except Exception:
+                    if once:
+                        raise
+                    # A database or queue outage: the loop lives on and the next round retries;
+                    # whatever this round left half-done is what recover() is for.
+                    logger.exception("dispatch round failed; retrying in %g s", interval)
                 if once or (deadline is not None and time.monotonic() >= deadline):
                     break
                 stop.wait(interval if deadline is None else min(interval, deadline - time.monotonic()))
