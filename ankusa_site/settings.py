@@ -106,6 +106,14 @@ DATABASES = {
     "default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ankusa.sqlite3'}", base_dir=BASE_DIR),
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # SQLite creates its file but not the folder; a fresh clone has no var/ yet. A folder that
+    # cannot be made is left for the database check (/healthz) to report, not a boot failure.
+    for _name in (DATABASES["default"]["NAME"], DATABASES["default"]["TEST"]["NAME"]):
+        try:
+            Path(_name).parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
 
 # Redis is reached only when a feature asks for it (fleet store, Redis queue, Celery broker).
 REDIS_URL = env_redis_url("REDIS_URL", "redis://127.0.0.1:6379/0")

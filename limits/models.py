@@ -1,42 +1,144 @@
-"""Tenants: who sends us commands, and how much of them we take.
+"""Tenants and their limit overrides: who sends us commands, and how much of them we take.
 
 A tenant's limit for each kind (``hooks``: commands per second, ``bytes``: body bytes per second)
-is a rate and a burst. Both fields empty means "no limit of its own": the site default applies,
-and without one the tenant is unlimited (see ``limits.effective_limit``).
+is a rate and a burst (``limits.gcra`` explains both). Where it comes from, first match wins
+(``limits.quotas.effective_limit``):
+
+1. an active ``LimitOverride`` (staff set it, with a reason, maybe until ``expires_at``);
+2. the tenant's own ``<kind>_rate``/``<kind>_burst`` (both set, or both empty);
+3. the site default (``ANKUSA_DEFAULT_<KIND>_RATE``/``_BURST``);
+4. unlimited.
+
+Changing a limit resets the tenant's buckets (``limits.actions``): otherwise a raised limit would
+stay blocked by the debt accrued under the old one. An override that simply expires does not
+reset them: the tenant may wait out up to one old window.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models import Q
+
+from limits.gcra import limit_problems
 
 SLUG_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 slug_validator = RegexValidator(SLUG_PATTERN, "Use 1 to 64 letters, digits, '-' or '_'.")
+
+
+class Kind(models.TextChoices):
+    HOOKS = "hooks", "commands per second"
+    BYTES = "bytes", "body bytes per second"
+
+
+class LimitSource(models.TextChoices):
+    OVERRIDE = "override", "override"
+    TENANT = "tenant", "tenant's own"
+    DEFAULT = "default", "site default"
+    UNLIMITED = "unlimited", "unlimited"
+
+
+def _limit_errors(fields: dict[str, str], rate, burst) -> dict[str, str]:
+    """Validation errors of one rate/burst pair, keyed by the model's field names."""
+    if rate is None or burst is None:
+        return {}
+    return {fields[name]: message for name, message in limit_problems(rate, burst).items()}
 
 
 class Tenant(models.Model):
     slug = models.CharField(max_length=64, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=200)
     active = models.BooleanField(default=True)
-    hooks_rate = models.FloatField(
-        null=True, blank=True, validators=[MinValueValidator(0.000001)], help_text="Commands per second."
-    )
-    hooks_burst = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Commands admitted at once."
-    )
-    bytes_rate = models.FloatField(
-        null=True, blank=True, validators=[MinValueValidator(0.000001)], help_text="Body bytes per second."
-    )
-    bytes_burst = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Body bytes admitted at once."
-    )
+    hooks_rate = models.FloatField(null=True, blank=True, help_text="Commands per second.")
+    hooks_burst = models.PositiveIntegerField(null=True, blank=True, help_text="Commands admitted at once.")
+    bytes_rate = models.FloatField(null=True, blank=True, help_text="Body bytes per second.")
+    bytes_burst = models.PositiveIntegerField(null=True, blank=True, help_text="Body bytes admitted at once.")
     max_body_bytes = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Largest webhook body; empty means the site default."
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Largest webhook body; empty means the site default.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(hooks_rate__isnull=True, hooks_burst__isnull=True)
+                # Spelled out: a CHECK passes when it evaluates to NULL, so "rate > 0" alone lets
+                # a rate with a NULL burst through.
+                | Q(
+                    hooks_rate__isnull=False, hooks_burst__isnull=False, hooks_rate__gt=0, hooks_burst__gte=1
+                ),
+                name="limits_tenant_hooks_rate_and_burst_together",
+            ),
+            models.CheckConstraint(
+                condition=Q(bytes_rate__isnull=True, bytes_burst__isnull=True)
+                | Q(
+                    bytes_rate__isnull=False, bytes_burst__isnull=False, bytes_rate__gt=0, bytes_burst__gte=1
+                ),
+                name="limits_tenant_bytes_rate_and_burst_together",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self):
+        errors = {}
+        for kind in Kind.values:
+            rate, burst = getattr(self, f"{kind}_rate"), getattr(self, f"{kind}_burst")
+            if (rate is None) != (burst is None):
+                missing = f"{kind}_burst" if burst is None else f"{kind}_rate"
+                errors[missing] = f"Set both {kind}_rate and {kind}_burst, or neither."
+            errors.update(_limit_errors({"rate": f"{kind}_rate", "burst": f"{kind}_burst"}, rate, burst))
+        if errors:
+            raise ValidationError(errors)
+
+    def own_limit(self, kind: str) -> tuple[float, int] | None:
+        rate, burst = getattr(self, f"{kind}_rate"), getattr(self, f"{kind}_burst")
+        return None if rate is None or burst is None else (rate, burst)
+
+
+class LimitOverrideQuerySet(models.QuerySet):
+    def active(self, now):
+        """Overrides in force at ``now`` (no expiry, or one still ahead)."""
+        return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+
+class LimitOverride(models.Model):
+    """Staff's word on one kind of one tenant's limit, above the tenant's own. One per kind."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="overrides")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    rate = models.FloatField(help_text="Units per second (fractional allowed).")
+    burst = models.PositiveIntegerField(help_text="Units at once.")
+    reason = models.CharField(max_length=500, blank=True)
+    set_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    set_at = models.DateTimeField(auto_now=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: until removed.")
+
+    objects = LimitOverrideQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tenant", "kind"]
+        constraints = [
+            # Also the index of the one lookup there is: a tenant's overrides (both kinds at once).
+            models.UniqueConstraint(fields=["tenant", "kind"], name="limits_override_one_per_kind"),
+            models.CheckConstraint(condition=Q(rate__gt=0), name="limits_override_rate_positive"),
+            models.CheckConstraint(condition=Q(burst__gte=1), name="limits_override_burst_positive"),
+            models.CheckConstraint(condition=Q(kind__in=Kind.values), name="limits_override_kind_known"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}:{self.kind} {self.rate:g}/s burst {self.burst}"
+
+    def clean(self):
+        errors = _limit_errors({"rate": "rate", "burst": "burst"}, self.rate, self.burst)
+        if errors:
+            raise ValidationError(errors)

@@ -67,7 +67,7 @@ print(json.dumps({"status": r.status_code, "body": r.json()}))
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "database_url",
-    ["postgres://postgres@127.0.0.1:1/nothing", "sqlite:////nonexistent-dir/ankusa.sqlite3"],
+    ["postgres://postgres@127.0.0.1:1/nothing", "sqlite:////dev/null/ankusa.sqlite3"],
     ids=["postgres-refused", "sqlite-unopenable"],
 )
 def test_healthz_is_503_naming_the_database_when_it_is_down(database_url, service_env):

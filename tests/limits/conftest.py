@@ -1,0 +1,141 @@
+"""Fixtures of the limits tests: an injected clock, both stores, a private Redis and a silent socket."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+import redis
+from django.conf import settings
+
+from limits.store import LocalStore, RedisStore, forget_store
+from tests.services import require_service
+
+START_US = 1_800_000_000_000_000  # 2027-01-15, a fixed instant so answers never depend on the day
+
+
+class Clock:
+    """Microseconds since the epoch, moved only by the test."""
+
+    def __init__(self, now_us: int = START_US):
+        self.now_us = now_us
+
+    def __call__(self) -> int:
+        return self.now_us
+
+    def advance(self, ms: float = 0, *, us: int = 0) -> None:
+        self.now_us += int(ms * 1000) + us
+
+
+@pytest.fixture(autouse=True)
+def fresh_store():
+    """Each test starts with a new process-wide store: no bucket outlives the test that filled it."""
+    forget_store()
+    yield
+    forget_store()
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def local_store(clock):
+    return LocalStore(clock=clock)
+
+
+@pytest.fixture
+def redis_store(redis_client, clock):
+    store = RedisStore(settings.REDIS_URL, timeout_ms=2000, clock=clock)
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=["local", "redis"])
+def store(request):
+    """The contract suite runs once against each implementation, with the same injected clock."""
+    return request.getfixturevalue(f"{request.param}_store")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, on a free port, that the test may stop and start again."""
+
+    def __init__(self, binary: str, workdir, password: str = ""):
+        self.binary = binary
+        self.workdir = workdir
+        self.password = password
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, socket_timeout=2)
+
+    def start(self) -> None:
+        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                   "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
+        if self.password:
+            command += ["--requirepass", self.password]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.client().ping()
+                return
+            except redis.RedisError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"private redis-server on port {self.port} did not start") from None
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+@pytest.fixture
+def start_private_redis(tmp_path):
+    """Start a private redis-server (optionally with a password); each is killed after the test."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        require_service("redis-server", "the redis-server binary is not installed")
+    servers = []
+
+    def start(password: str = "") -> PrivateRedis:
+        server = PrivateRedis(binary, tmp_path, password)
+        servers.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def private_redis(start_private_redis):
+    return start_private_redis()
+
+
+@pytest.fixture
+def silent_socket():
+    """A TCP port that accepts connections (the kernel completes them) and never says a word."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(512)
+        yield f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
