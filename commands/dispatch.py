@@ -4,13 +4,12 @@
   ``retry.decide``. Taken: ``→ queued`` by a conditional update and one item on the ``commands``
   queue. Skipped: the reason is written on the command and it stays where it is; a reason only a
   person can change (``never``, ``not-idempotent``, ...) parks it outside the sweep's query.
-* **consume** — claim items; for the ones a sender thread is free for, win ``queued →
-  dispatching`` for the attempt number the sweep gave them (one ``UPDATE … RETURNING`` for the
-  batch); send through the adapter in a bounded pool of threads (``ANKUSA_DISPATCH_CONCURRENCY``,
-  at most ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector), because a send waits on the receiver,
-  not on us; then a recorder thread writes each batch of outcomes — attempt rows, next states,
-  queue items done — in one transaction. Only the sender threads wait on receivers; only the
-  dispatcher's and the recorder's threads touch the database.
+* **consume** — claim items and hand them to a bounded pool of sender threads
+  (``ANKUSA_DISPATCH_CONCURRENCY``, at most ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector),
+  because a send waits on the receiver, not on us. A sender wins ``queued → dispatching`` for the
+  attempt number the sweep gave the command (one conditional UPDATE) and sends at once; a recorder
+  thread writes each batch of outcomes — attempt rows, next states, queue items done — in one
+  transaction.
 * **recover** — a command still ``dispatching`` longer than the visibility timeout lost its worker
   (the system check E002 keeps a live send shorter than that): it becomes ``failed`` with **no**
   outlook, because nobody knows whether it went out, so a non-idempotent connector is never sent
@@ -40,12 +39,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from commands import adapters, retry
 from commands.models import Attempt, Command, Connector
-from commands.states import Event, State, dispatchable, next_state
+from commands.states import Event, State, dispatchable
 from queues.fifo import Item, ReliableFIFO, get_queue
 
 logger = logging.getLogger("ankusa.commands.dispatch")
@@ -166,40 +165,14 @@ def sweep(
 # --- consume -------------------------------------------------------------------------------------
 
 
-# Django's update() cannot say which rows it moved; UPDATE … RETURNING can, in one round trip (on
-# PostgreSQL and on SQLite ≥ 3.35 alike). It is the table's move queued --start--> dispatching.
-START_SQL = f"""
-UPDATE {Command._meta.db_table} SET state = %s, state_changed_at = %s, attempts = %s
-WHERE state = %s AND attempts = %s AND id IN ({{ids}})
-RETURNING id
-"""
+def start_send(command: Command, attempt: int, now: datetime) -> bool:
+    """Win ``queued → dispatching`` for attempt ``attempt`` of ``command``; only the winner sends.
 
-
-def start_sends(wanted: list[tuple[Command, int]], now: datetime) -> set[int]:
-    """Move each command still ``queued`` for the given attempt to ``dispatching``; returns the ids won.
-
-    One conditional UPDATE per attempt number for the whole batch; only a winner may send.
+    One conditional UPDATE: a racing worker, or a stale or duplicate item, finds the command no
+    longer queued at attempt ``attempt - 1`` and moves nothing.
     """
-    by_attempt: dict[int, set[int]] = defaultdict(set)
-    for command, attempt in wanted:
-        by_attempt[attempt].add(command.pk)
-    won: set[int] = set()
-    stamp = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        for attempt, ids in by_attempt.items():
-            cursor.execute(
-                START_SQL.format(ids=", ".join(["%s"] * len(ids))),
-                [
-                    next_state(State.QUEUED, Event.START).value,
-                    stamp,
-                    attempt,
-                    State.QUEUED.value,
-                    attempt - 1,
-                    *ids,
-                ],
-            )
-            won.update(row[0] for row in cursor.fetchall())
-    return won
+    mine = Command.objects.filter(pk=command.pk, attempts=attempt - 1)
+    return mine.transition(State.QUEUED, Event.START, now, attempts=attempt) == 1
 
 
 @dataclass(frozen=True)
@@ -332,7 +305,8 @@ class _Entry:
 
 
 class _Senders:
-    """Threads that only send; every finished send goes to the recorder, and its slot is freed."""
+    """Threads that each win ``queued → dispatching`` for one command and send it at once; the
+    outcome goes to the recorder, and the slot is freed."""
 
     def __init__(self, size: int, recorder: _Recorder):
         self.recorder = recorder
@@ -345,13 +319,26 @@ class _Senders:
             thread.start()
 
     def _run(self) -> None:
-        while (task := self.tasks.get()) is not None:
-            entry, started = task
-            outcome = adapters.send(entry.command)  # never raises: a bug is an outcome too
-            self.recorder.inbox.put(
-                (entry, Sent(entry.command, entry.attempt, started, timezone.now(), outcome))
-            )
-            self.freed.put(entry)
+        try:
+            while (entry := self.tasks.get()) is not None:
+                self.recorder.inbox.put((entry, self._send(entry)))
+                self.freed.put(entry)
+        finally:
+            connections.close_all()
+
+    def _send(self, entry: _Entry) -> Sent | None:
+        """The finished send, or None when the command was not ours to send (stale, or an error)."""
+        started = timezone.now()
+        try:
+            if not start_send(entry.command, entry.attempt, started):
+                return None
+        except Exception:
+            # The item stays busy and comes back once its claim expires; nothing was sent.
+            logger.exception("starting command %s failed", entry.command.pk)
+            connections.close_all()
+            return None
+        outcome = adapters.send(entry.command)  # never raises: a bug is an outcome too
+        return Sent(entry.command, entry.attempt, started, timezone.now(), outcome)
 
     def close(self) -> None:
         for _ in self.threads:
@@ -383,13 +370,16 @@ class _Recorder:
                         break
                 finished = [task for task in batch if task is not None]
                 if finished:
+                    sent = [one for _, one in finished if one is not None]
                     try:
                         counts = record_outcomes(
-                            [sent for _, sent in finished],
+                            sent,
                             timezone.now(),
                             queue=self.queue,
                             items=tuple(entry.item for entry, _ in finished),
                         )
+                        if len(sent) < len(finished):
+                            counts["stale"] += len(finished) - len(sent)
                     except Exception:
                         # The items stay busy; recover() settles their commands once the claims
                         # expire. A broken connection is dropped so the next batch reconnects.
@@ -515,7 +505,7 @@ class Dispatcher:
             if stopping and waiting:
                 self.queue.unclaim(*(entry.item for entry in waiting))
                 waiting.clear()
-            self._start(waiting, in_flight, summary)
+            self._start(waiting, in_flight)
             if not in_flight.total():
                 if stopping or (exhausted and not waiting):
                     summary.results.update(self._senders.recorder.take_results())
@@ -533,36 +523,20 @@ class Dispatcher:
             for entry in freed:
                 in_flight[entry.command.connector_id] -= 1
 
-    def _start(self, waiting: deque[_Entry], in_flight: Counter[int], summary: DrainSummary) -> None:
-        """Start the waiting sends that a free sender thread and a free connector slot allow.
+    def _start(self, waiting: deque[_Entry], in_flight: Counter[int]) -> None:
+        """Hand the waiting sends that a free thread and a free connector slot allow to the senders.
 
-        A send is started (``dispatching``) only when a thread is free to make it at once, so a
-        process killed at any moment leaves as "unknown" only commands that were being sent, or
-        had been and were waiting for the recorder — never one that had not left yet.
+        A sender wins ``queued → dispatching`` and sends at once, so a process killed at any
+        moment leaves as "unknown" only commands that were being sent, or had been and were
+        waiting for the recorder — never one that had not left yet.
         """
-        ready: list[_Entry] = []
         for entry in list(waiting):
             if in_flight.total() >= self.concurrency:
-                break
+                return
             if in_flight[entry.command.connector_id] < self.per_connector:
                 waiting.remove(entry)
                 in_flight[entry.command.connector_id] += 1
-                ready.append(entry)
-        if not ready:
-            return
-        now = timezone.now()
-        won = start_sends([(entry.command, entry.attempt) for entry in ready], now)
-        stale = []
-        for entry in ready:
-            if entry.command.pk in won:
-                won.discard(entry.command.pk)  # a duplicate item in the same batch is stale
-                self._senders.tasks.put((entry, now))
-            else:
-                in_flight[entry.command.connector_id] -= 1
-                stale.append(entry.item)
-        if stale:
-            self.queue.done(*stale)
-            summary.results["stale"] += len(stale)
+                self._senders.tasks.put(entry)
 
 
 # --- recover -------------------------------------------------------------------------------------
