@@ -104,18 +104,12 @@ class HistoryOnly:
         return False
 
 
+ATTEMPT_COLUMNS = ["number", "started_at", "finished_at", "ok", "outlook", "status_code", "error_class"]
+
+
 class AttemptInline(HistoryOnly, admin.TabularInline):
     model = Attempt
-    fields = [
-        "number",
-        "started_at",
-        "finished_at",
-        "ok",
-        "outlook",
-        "status_code",
-        "error_class",
-        "error_message",
-    ]
+    fields = [*ATTEMPT_COLUMNS, "error_message"]
     readonly_fields = fields
     extra = 0
 
@@ -170,16 +164,7 @@ class CommandAdmin(admin.ModelAdmin):
 
 @admin.register(Attempt)
 class AttemptAdmin(HistoryOnly, admin.ModelAdmin):
-    list_display = [
-        "command",
-        "number",
-        "started_at",
-        "finished_at",
-        "ok",
-        "outlook",
-        "status_code",
-        "error_class",
-    ]
+    list_display = ["command", *ATTEMPT_COLUMNS]
     list_filter = ["ok", "outlook"]
     list_select_related = ["command"]
     raw_id_fields = ["command"]
