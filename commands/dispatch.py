@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from commands import adapters, retry
 from commands.models import Attempt, Command, Connector
-from commands.states import Event, State, dispatchable
+from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
 
 logger = logging.getLogger("ankusa.commands.dispatch")
@@ -165,14 +165,26 @@ def sweep(
 # --- consume -------------------------------------------------------------------------------------
 
 
+# The loop's hottest statement, one per send: built by a queryset, update() costs about 0.5 ms of
+# CPU (measured), ten times the statement itself, and the senders share one interpreter lock. It
+# is the table's move queued --start--> dispatching, conditional on the attempt as any move is.
+START_SQL = f"""
+UPDATE {Command._meta.db_table} SET state = %s, state_changed_at = %s, attempts = %s
+WHERE id = %s AND state = %s AND attempts = %s
+"""
+
+
 def start_send(command: Command, attempt: int, now: datetime) -> bool:
     """Win ``queued → dispatching`` for attempt ``attempt`` of ``command``; only the winner sends.
 
     One conditional UPDATE: a racing worker, or a stale or duplicate item, finds the command no
     longer queued at attempt ``attempt - 1`` and moves nothing.
     """
-    mine = Command.objects.filter(pk=command.pk, attempts=attempt - 1)
-    return mine.transition(State.QUEUED, Event.START, now, attempts=attempt) == 1
+    target = next_state(State.QUEUED, Event.START)
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(START_SQL, [target.value, stamp, attempt, command.pk, State.QUEUED.value, attempt - 1])
+        return cursor.rowcount == 1
 
 
 @dataclass(frozen=True)
