@@ -159,6 +159,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ANKUSA_MAX_REQUEST_BYTES", 10 * 1024 * 10
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "limits.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],

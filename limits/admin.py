@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.db.models import Prefetch
+from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from limits import actions
-from limits.models import Kind, LimitOverride, Tenant
+from limits import actions, tokens
+from limits.models import ApiToken, Kind, LimitOverride, Tenant
 from limits.quotas import effective_limits
 
 LIMIT_FIELDS = {f"{kind}_{part}" for kind in Kind.values for part in ("rate", "burst")}
@@ -77,3 +78,50 @@ class TenantAdmin(admin.ModelAdmin):
             f"The buckets of tenant {tenant.slug} were reset: its new limits apply from the next request.",
             messages.INFO,
         )
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are issued here and shown once, on the page that follows; afterwards only their id."""
+
+    list_display = ["name", "shown_as", "tenant", "user", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["tenant", "user"]
+    search_fields = ["name", "key_id", "tenant__slug", "user__username"]
+    raw_id_fields = ["user"]
+    readonly_fields = ["shown_as", "created_at", "last_used_at"]
+    actions = ["revoke"]
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["name", "tenant", "user"]
+        return ["name", "shown_as", "tenant", "user", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields + (["tenant", "user"] if obj else [])
+
+    @admin.display(description="token")
+    def shown_as(self, token: ApiToken) -> str:
+        return tokens.display(token.key_id)
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            request._issued_token, obj.key_id, obj.key_hash = tokens.new_key()
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # Rendered here instead of a redirect with a message, so the plaintext never rides in a
+        # cookie or the session: it exists in this one response and nowhere else.
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Token issued",
+            "token": obj,
+            "plaintext": request._issued_token,
+            "opts": self.opts,
+        }
+        return TemplateResponse(request, "admin/limits/apitoken/issued.html", context)
+
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
+    def revoke(self, request, queryset):
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)

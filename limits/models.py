@@ -23,6 +23,7 @@ from django.db import models
 from django.db.models import Q
 
 from limits.gcra import limit_problems
+from limits.tokens import display, new_key
 
 SLUG_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 slug_validator = RegexValidator(SLUG_PATTERN, "Use 1 to 64 letters, digits, '-' or '_'.")
@@ -142,3 +143,53 @@ class LimitOverride(models.Model):
         errors = _limit_errors({"rate": "rate", "burst": "burst"}, self.rate, self.burst)
         if errors:
             raise ValidationError(errors)
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def usable(self):
+        """Tokens that authenticate: not revoked, owner active."""
+        return self.filter(revoked_at__isnull=True).filter(Q(tenant__active=True) | Q(user__is_active=True))
+
+
+class ApiToken(models.Model):
+    """A REST client's credential, for a tenant or a staff user (``limits.tokens`` explains)."""
+
+    name = models.CharField(max_length=100, help_text="What uses this token, e.g. 'billing service'.")
+    key_id = models.CharField(max_length=12, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, editable=False)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(tenant__isnull=False, user__isnull=True)
+                | Q(tenant__isnull=True, user__isnull=False),
+                name="apitoken_one_owner",
+                violation_error_message="A token belongs to a tenant or to a staff user, not both.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({display(self.key_id)})"
+
+    def clean(self):
+        if (self.tenant_id is None) == (self.user_id is None):
+            raise ValidationError("Choose a tenant or a staff user (exactly one).")
+
+    @classmethod
+    def issue(cls, *, name: str, tenant: Tenant | None = None, user=None) -> tuple[ApiToken, str]:
+        """Create a token; the plaintext is returned here and never again."""
+        plaintext, key_id, key_hash = new_key()
+        token = cls(name=name, tenant=tenant, user=user, key_id=key_id, key_hash=key_hash)
+        token.full_clean(exclude=["key_id", "key_hash"])
+        token.save()
+        return token, plaintext

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from ankusa_site.health import redis_in_use
+from ankusa_site.logs import log_event
 from queues.backends.database import DatabaseFIFO
 from queues.fifo import ReliableFIFO, backend_for, get_queue
 from queues.models import QueueItem
@@ -71,12 +72,12 @@ def _by_queue(items: QuerySet[QueueItem]) -> Iterable[tuple[DatabaseFIFO, list[i
 def requeue_items(items: QuerySet[QueueItem]) -> int:
     """Put the chosen busy and failed database items at the tail of their queues."""
     moved = sum(queue.requeue_ids(ids) for queue, ids in _by_queue(items))
-    logger.info("queues: %d item(s) requeued by an operator", moved)
+    log_event(logger, "queue_items_requeued_by_operator", count=moved)
     return moved
 
 
 def drop_items(items: QuerySet[QueueItem]) -> int:
     """Delete the chosen database items."""
     dropped = sum(queue.drop_ids(ids) for queue, ids in _by_queue(items))
-    logger.info("queues: %d item(s) dropped by an operator", dropped)
+    log_event(logger, "queue_items_dropped_by_operator", count=dropped)
     return dropped

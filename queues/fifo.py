@@ -45,6 +45,8 @@ from typing import Any, Literal
 from django.conf import settings
 from django.utils import timezone
 
+from ankusa_site.logs import log_event
+
 Kind = Literal["main", "busy", "failed"]
 KINDS: tuple[Kind, ...] = ("main", "busy", "failed")
 Action = Literal["requeue", "fail", "drop"]
@@ -134,21 +136,33 @@ class ReliableFIFO(abc.ABC):
     def done(self, *items: Item | int) -> int:
         """Finish busy items; returns how many were finished. An item no longer held is skipped."""
 
-    @abc.abstractmethod
+    def done_and_claim(self, *items: Item | int, n: int = 1, wait: float = 0) -> list[Item]:
+        """``done(*items)`` then ``claim(n, wait)``; a backend may do both in one round trip."""
+        self.done(*items)
+        return self.claim(n, wait)
+
     def fail(self, item: Item | int, error: str) -> bool:
         """Move a busy item to failed with ``error``; False when it was no longer held."""
+        return self._release("fail", [item], error=error) == 1
 
-    @abc.abstractmethod
     def requeue(self, *items: Item | int, front: bool = False, error: str = "") -> int:
         """Put busy items back at the tail (or the head), counting towards ``requeue_limit``.
 
         An item already requeued ``requeue_limit`` times goes to failed instead, keeping ``error``.
         Returns how many items were still held (and so moved, to main or to failed).
         """
+        return self._release("requeue", items, error=error, front=front)
 
-    @abc.abstractmethod
     def unclaim(self, *items: Item | int) -> int:
         """Put busy items back at the head in the given order, uncounted (work not started)."""
+        return self._release("unclaim", items, front=True)
+
+    @abc.abstractmethod
+    def _release(
+        self, mode: str, items: Iterable[Item | int], *, error: str = "", front: bool = False
+    ) -> int:
+        """Move the items still held out of busy: ``fail``, ``requeue`` (to failed past the limit)
+        or ``unclaim``, at the head when ``front``; returns how many were held."""
 
     # --- recovery and the failed list ---------------------------------------------------------------
 
@@ -225,7 +239,8 @@ class ReliableFIFO(abc.ABC):
         max_seconds: float | None = None,
         return_when_empty: bool = False,
     ) -> int:
-        """Claim ``chunk`` items at a time, call ``callback`` on each and mark it done.
+        """Claim ``chunk`` items at a time, call ``callback`` on each and mark it done (the items
+        of a chunk are marked done together with the next claim, in one round trip on Redis).
 
         When the callback raises, the item is requeued (counted), failed or dropped as ``on_error``
         says, with the exception as its error. Returns how many items the callback handled
@@ -240,6 +255,7 @@ class ReliableFIFO(abc.ABC):
         previous = _install_stop_handlers(stop)
         started = time.monotonic()
         handled = 0
+        finished: list[Item] = []  # handled, marked done together with the next claim
         try:
             while not stop.is_set():
                 budget = None if max_seconds is None else max_seconds - (time.monotonic() - started)
@@ -248,48 +264,58 @@ class ReliableFIFO(abc.ABC):
                     break
                 # Wait in short slices so a signal or the time budget is noticed promptly.
                 wait = 0 if return_when_empty else min(1.0, budget if budget is not None else 1.0)
-                items = self.claim(wanted, wait=wait)
-                if not items:
-                    if return_when_empty:
-                        break
-                    continue
+                items = self.done_and_claim(*finished, n=wanted, wait=wait)
+                finished = []
+                if not items and return_when_empty:
+                    break
                 for index, item in enumerate(items):
                     if stop.is_set():
                         self.unclaim(*items[index:])
                         break
-                    self._handle(item, callback, on_error)
+                    if self._handle(item, callback, on_error):
+                        finished.append(item)
                     handled += 1
         finally:
+            if finished:
+                self.done(*finished)
             _restore_handlers(previous)
         return handled
 
-    def _handle(self, item: Item, callback: Callable[[Item], Any], on_error: Action) -> None:
+    def _handle(self, item: Item, callback: Callable[[Item], Any], on_error: Action) -> bool:
+        """Run the callback; True when it succeeded (the item is then the caller's to mark done)."""
         try:
             callback(item)
         except Exception as exc:  # noqa: BLE001 - a failing item must not stop the consumer
             error = f"{type(exc).__name__}: {exc}"
-            logger.warning("queue %s: item %s failed in consume: %s", self.name, item.id, error)
+            log_event(
+                logger, "queue_item_failed", level=logging.WARNING, queue=self.name, item=item.id, error=error
+            )
             if on_error == "requeue":
                 self.requeue(item, error=error)
             elif on_error == "fail":
                 self.fail(item, error)
             else:
                 self.done(item)
-            return
-        self.done(item)
+            return False
+        return True
 
     # --- helpers for the backends -------------------------------------------------------------------
 
-    def _report_skipped(self, operation: str, wanted: Sequence[int], held: Iterable[int]) -> None:
+    def _report_skipped(self, operation: str, wanted: Sequence[int], held: Sequence[int]) -> None:
+        if len(held) == len(wanted):
+            return  # the usual case, decided without building sets
         skipped = sorted(set(wanted) - set(held))
         if skipped:
-            logger.warning(
-                "queue %s: %s skipped %d item(s) no longer held by this claim (expired and "
-                "recovered, or already finished): %s",
-                self.name,
-                operation,
-                len(skipped),
-                skipped[:20],
+            # Someone else holds these items now (their claim expired and recovery handed them
+            # out again), or they were finished already: this call did nothing to them.
+            log_event(
+                logger,
+                "queue_claim_lost",
+                level=logging.WARNING,
+                queue=self.name,
+                operation=operation,
+                skipped=len(skipped),
+                ids=skipped[:20],
             )
 
 
@@ -303,11 +329,6 @@ def encode_payload(payload: Any) -> str:
 
 def clip_error(error: str) -> str:
     return str(error)[:MAX_ERROR_CHARS]
-
-
-def tokens_of(items: Iterable[Item | int]) -> list[tuple[int, int | None]]:
-    """``(id, claims)`` for each item; ``claims`` is None for a bare id (no claim check)."""
-    return [(item.id, item.claims) if isinstance(item, Item) else (int(item), None) for item in items]
 
 
 def ids_of(items: Iterable[Item | int]) -> list[int]:
@@ -342,7 +363,7 @@ def _install_stop_handlers(stop: threading.Event) -> dict[int, Any]:
         return {}
 
     def handler(signum, frame):
-        logger.info("queue consumer: signal %s, stopping after the item in hand", signum)
+        log_event(logger, "queue_consumer_stopping", signal=signal.Signals(signum).name)
         stop.set()
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -36,7 +36,6 @@ from queues.fifo import (
     ReliableFIFO,
     clip_error,
     encode_payload,
-    tokens_of,
 )
 from queues.models import QueueItem
 
@@ -45,9 +44,11 @@ State = QueueItem.State
 # lock for long and never loads a whole sub-queue into memory.
 BATCH = 1000
 
+# The UPDATE finds the picked rows by ctid (a Tid Scan, no index lookup): safe because the CTE
+# holds their row locks, so no other transaction can move them before the UPDATE runs.
 CLAIM_SQL_POSTGRESQL = """
 WITH picked AS (
-    SELECT id FROM queues_queueitem
+    SELECT ctid FROM queues_queueitem
     WHERE queue = %s AND state = 'main'
     ORDER BY position, id
     LIMIT %s
@@ -56,7 +57,7 @@ WITH picked AS (
 UPDATE queues_queueitem AS item
 SET state = 'busy', claimed_at = %s, claims = item.claims + 1
 FROM picked
-WHERE item.id = picked.id
+WHERE item.ctid = picked.ctid
 RETURNING item.*
 """
 
@@ -135,7 +136,7 @@ class DatabaseFIFO(ReliableFIFO):
         return [_item(row) for row in rows]
 
     def done(self, *items: Item | int) -> int:
-        tokens = tokens_of(items)
+        tokens = _tokens(items)
         with self._atomic():
             held = [row.pk for row in self._held(tokens)]
             if held:
@@ -143,17 +144,8 @@ class DatabaseFIFO(ReliableFIFO):
         self._report_skipped("done", [pk for pk, _ in tokens], held)
         return len(held)
 
-    def fail(self, item: Item | int, error: str) -> bool:
-        return self._release("fail", [item], error=error) == 1
-
-    def requeue(self, *items: Item | int, front: bool = False, error: str = "") -> int:
-        return self._release("requeue", items, error=error, front=front)
-
-    def unclaim(self, *items: Item | int) -> int:
-        return self._release("unclaim", items, front=True)
-
     def _release(self, mode: str, items, *, error: str = "", front: bool = False) -> int:
-        tokens = tokens_of(items)
+        tokens = _tokens(items)
         with self._atomic():
             rows = self._held(tokens)
             self._move(rows, mode, error=error, front=front, now=self.clock())
@@ -285,6 +277,11 @@ class DatabaseFIFO(ReliableFIFO):
 
     def flush(self) -> int:
         return self._rows().delete()[0]
+
+
+def _tokens(items) -> list[tuple[int, int | None]]:
+    """``(id, claims)`` for each item; ``claims`` is None for a bare id (no claim check)."""
+    return [(item.id, item.claims) if isinstance(item, Item) else (int(item), None) for item in items]
 
 
 def _json(payload: Any) -> Any:

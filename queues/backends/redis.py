@@ -3,20 +3,25 @@
 Keys of queue ``q`` (all carry the hash tag ``{q}``, so they live in one Redis Cluster slot and
 every script may touch them all)::
 
-    ankusa:queue:{q}:main     list of item ids, head first            claim: LPOP n
-    ankusa:queue:{q}:busy     sorted set id -> claim time (µs)        done/expiry: O(log busy)
-    ankusa:queue:{q}:failed   list of ids in the order they failed
-    ankusa:queue:{q}:payload  hash id -> payload JSON (never decoded by Redis)
-    ankusa:queue:{q}:meta     hash id -> "enqueued_us:claims:requeues:fails:failed_us:last error"
-    ankusa:queue:{q}:seq      the last id handed out (ids are never reused, even after a flush)
+    ankusa:queue:{q}:main    list of item ids, head first            claim: LPOP n
+    ankusa:queue:{q}:busy    sorted set id -> claim time (µs)        done/expiry: O(log busy)
+    ankusa:queue:{q}:failed  list of ids in the order they failed
+    ankusa:queue:{q}:items   hash id -> record: "enqueued_us:claims_ended:requeues:fails:
+                             failed_us:error_length:" + error + payload JSON
+    ankusa:queue:{q}:seq     the last id handed out (ids are never reused, even after a flush)
 
 plus ``ankusa:queues``, the set of queue names, for the admin and ``manage.py queues stats``.
 
 Every operation that reads and writes is one script, so it is atomic: two consumers can never pop
-the same id, and done/requeue/recovery check "still busy under this claim" (busy score present,
-``claims`` equal) in the same step that acts. ``done`` and recovery use the sorted set by member
-and by score range, never a scan of busy: the seed's list design (``RPOPLPUSH`` + ``LREM``) slows
-down linearly with the busy list, this does not.
+the same id. The hot path touches each item a handful of times and never rewrites its record:
+a claim is LPOP + HMGET + ZADD, a done ZMSCORE + ZREM + HDEL, whatever the batch size. A claim's
+token is its claim time (the busy score, to the microsecond): done/requeue/fail/unclaim of an
+``Item`` act only while the busy score is still that claim's, so a claim that expired and was
+taken over cannot be finished twice. (Two claims of one item in the same microsecond would share
+a token: a real clock does not produce them, nodes whose clocks disagree only by coincidence.)
+``done`` and recovery use the sorted set by member and by score range, never a scan of busy:
+the seed's list design (``RPOPLPUSH`` + ``LREM``) slows down linearly with the busy list, this
+does not.
 
 Times (claim, failure, enqueue) come from the caller's clock, passed into the scripts as
 microseconds, so tests can move time and every backend reads the same clock.
@@ -24,16 +29,18 @@ microseconds, so tests can move time and every backend reads the same clock.
 What it does NOT do: survive a Redis that loses writes (persistence and replication are the Redis
 operator's choice; with ``appendfsync everysec`` a crash loses up to a second of queue changes);
 ``requeue_failed`` reads the whole failed list in one script (an operator's action; 100,000
-failed items hold Redis for about a tenth of a second); ``claim(wait=...)`` polls.
+failed items hold Redis for a fraction of a second); ``claim(wait=...)`` polls.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django_redis import get_redis_connection
+from redis.exceptions import NoScriptError
 
 from queues.fifo import (
     ACTIONS,
@@ -43,113 +50,171 @@ from queues.fifo import (
     ReliableFIFO,
     clip_error,
     encode_payload,
-    tokens_of,
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REGISTRY_KEY = "ankusa:queues"
 # Items moved per script by recovery and failed-list removal, so no script holds Redis for long.
 BATCH = 1000
+# The token of an Item that is not under a claim (peeked from main or failed): matches no claim.
+NO_CLAIM = -1
 
-# KEYS of every script: main, busy, failed, payload, meta, seq.
-PRELUDE = """
-local MAIN, BUSY, FAILED, PAYLOAD, META, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+# A member of every busy set, scored +inf so no time range reaches it, and longer than Redis's
+# zset-max-listpack-value (64) so the set is a skiplist from its first claim. A small sorted set is
+# otherwise a listpack, searched linearly: ZADD and ZMSCORE of 100 ids into one of 100 cost ten
+# times more than into a skiplist of 100,000.
+SENTINEL = "~" * 72
 
-local function meta_of(id)
-  local raw = redis.call('HGET', META, id)
-  local enq, claims, rq, fc, failed, err = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
-  return {enq = enq, claims = tonumber(claims), rq = tonumber(rq), fc = tonumber(fc), failed = failed, err = err}
+# KEYS of every script: main, busy, failed, items, seq. Multi-item commands go in chunks of 1,000
+# items: Lua's unpack() stops near 8,000 values. Each script carries only the functions it calls
+# (defining the others on every call costs a few microseconds of a single-item round trip).
+HEADER = f"""
+local MAIN, BUSY, FAILED, ITEMS, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local SENTINEL = '{SENTINEL}'
+"""
+
+FUNCTIONS = {
+    "chunked": """
+local function chunked(command, key, args, step)
+  local out, size = {}, 1000 * step
+  if #args == 0 then return out end
+  if #args <= size then return redis.call(command, key, unpack(args)) end
+  for i = 1, #args, size do
+    local part = redis.call(command, key, unpack(args, i, math.min(i + size - 1, #args)))
+    if type(part) == 'table' then
+      for j = 1, #part do out[#out + 1] = part[j] end
+    end
+  end
+  return out
 end
-
+""",
+    "parse": """
+local function parse(record)
+  local enq, ended, rq, fc, failed, errlen, rest =
+    string.match(record, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
+  errlen = tonumber(errlen)
+  return {enq = enq, ended = tonumber(ended), rq = tonumber(rq), fc = tonumber(fc), failed = failed,
+          err = string.sub(rest, 1, errlen), payload = string.sub(rest, errlen + 1)}
+end
+""",
+    "pack": """
 local function pack(m)
-  return m.enq .. ':' .. m.claims .. ':' .. m.rq .. ':' .. m.fc .. ':' .. m.failed .. ':' .. m.err
+  return m.enq .. ':' .. m.ended .. ':' .. m.rq .. ':' .. m.fc .. ':' .. m.failed .. ':' .. #m.err .. ':' .. m.err .. m.payload
 end
-
--- Move busy items out of busy: 'done'/'drop' delete them; 'requeue' (within the limit) and
--- 'unclaim' put them back in main, at the head when front is '1' (in the given order); 'fail'
--- and 'requeue' past the limit append them to failed with the error.
+""",
+    "claim": """
+-- Claim the first n ids of main at time now: {ids, records}.
+local function claim(now, n)
+  local ids = redis.call('LPOP', MAIN, n)
+  if not ids then return {} end
+  local scored = {'+inf', SENTINEL}
+  for _, id in ipairs(ids) do
+    scored[#scored + 1] = now
+    scored[#scored + 1] = id
+  end
+  chunked('ZADD', BUSY, scored, 2)
+  return {ids, chunked('HMGET', ITEMS, ids, 1)}
+end
+""",
+    "held": """
+-- The ids in spec ("id:claim_time id:claim_time ...", claim time '' = any claim) that are busy
+-- under that claim. One argument rather than two per item: Redis parses a few kilobytes of one
+-- string faster than two hundred arguments. Scores are whole microseconds below 2^53, which
+-- Redis replies as plain integers, so the claim times compare as strings.
+local function held(spec)
+  local ids, want = {}, {}
+  for id, token in string.gmatch(spec, '(%d+):(%S*)') do
+    ids[#ids + 1] = id
+    want[#want + 1] = token
+  end
+  if #ids == 0 then return {} end
+  local scores = chunked('ZMSCORE', BUSY, ids, 1)
+  local out = {}
+  for i, id in ipairs(ids) do
+    if scores[i] and (want[i] == '' or scores[i] == want[i]) then
+      out[#out + 1] = id
+    end
+  end
+  return out
+end
+""",
+    "finish": """
+local function finish(ids)
+  if #ids > 0 then
+    chunked('ZREM', BUSY, ids, 1)
+    chunked('HDEL', ITEMS, ids, 1)
+  end
+  return ids
+end
+""",
+    "move": """
+-- Move busy items out of busy: 'drop' deletes them; 'requeue' (within the limit) and 'unclaim'
+-- put them back in main, at the head when front is '1' (in the given order); 'fail' and
+-- 'requeue' past the limit append them to failed with the error.
 local function move(ids, mode, now, front, limit, err)
+  if mode == 'drop' then return finish(ids) end
   local back = {}
   for _, id in ipairs(ids) do
     redis.call('ZREM', BUSY, id)
-    if mode == 'done' or mode == 'drop' then
-      redis.call('HDEL', PAYLOAD, id)
-      redis.call('HDEL', META, id)
+    local m = parse(redis.call('HGET', ITEMS, id))
+    m.ended = m.ended + 1
+    if mode == 'unclaim' or (mode == 'requeue' and m.rq < limit) then
+      if mode == 'requeue' then m.rq = m.rq + 1 end
+      if err ~= '' then m.err = err end
+      back[#back + 1] = id
     else
-      local m = meta_of(id)
-      if mode == 'unclaim' or (mode == 'requeue' and m.rq < limit) then
-        if mode == 'requeue' then m.rq = m.rq + 1 end
-        if err ~= '' then m.err = err end
-        back[#back + 1] = id
-      else
-        m.fc = m.fc + 1
-        m.failed = now
-        if err ~= '' then
-          m.err = err
-        elseif m.err == '' then
-          m.err = 'requeue limit of ' .. limit .. ' reached'
-        end
-        redis.call('RPUSH', FAILED, id)
+      m.fc = m.fc + 1
+      m.failed = now
+      if err ~= '' then
+        m.err = err
+      elseif m.err == '' then
+        m.err = 'requeue limit of ' .. limit .. ' reached'
       end
-      redis.call('HSET', META, id, pack(m))
+      redis.call('RPUSH', FAILED, id)
     end
+    redis.call('HSET', ITEMS, id, pack(m))
   end
   if front == '1' then
     for i = #back, 1, -1 do redis.call('LPUSH', MAIN, back[i]) end
   else
-    for i = 1, #back do redis.call('RPUSH', MAIN, back[i]) end
+    chunked('RPUSH', MAIN, back, 1)
   end
+  return ids
 end
-"""
+""",
+}
 
 # ARGV: now_us, payload...  ->  the first new id
 ENQUEUE = """
 local n = #ARGV - 1
 local first = redis.call('INCRBY', SEQ, n) - n + 1
-local meta = ARGV[1] .. ':0:0:0:0:'
+local head = ARGV[1] .. ':0:0:0:0:0:'
+local ids, records = {}, {}
 for i = 1, n do
   local id = first + i - 1
-  redis.call('HSET', PAYLOAD, id, ARGV[i + 1])
-  redis.call('HSET', META, id, meta)
-  redis.call('RPUSH', MAIN, id)
+  ids[i] = id
+  records[#records + 1] = id
+  records[#records + 1] = head .. ARGV[i + 1]
 end
+chunked('HSET', ITEMS, records, 2)
+chunked('RPUSH', MAIN, ids, 1)
 return first
 """
 
-# ARGV: now_us, n  ->  flat list of id, payload, meta
-CLAIM = """
-local ids = redis.call('LPOP', MAIN, ARGV[2])
-if not ids then return {} end
-local out = {}
-for _, id in ipairs(ids) do
-  local m = meta_of(id)
-  m.claims = m.claims + 1
-  local packed = pack(m)
-  redis.call('HSET', META, id, packed)
-  redis.call('ZADD', BUSY, ARGV[1], id)
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', PAYLOAD, id)
-  out[#out + 1] = packed
-end
-return out
-"""
+# ARGV: now_us, n  ->  {ids, records} (empty when main is)
+CLAIM = "return claim(ARGV[1], ARGV[2])"
 
-# ARGV: now_us, mode, front, requeue limit, error, then pairs of id and claims ('' = no check)
-# ->  the ids that were still held, and so moved
-RELEASE = """
-local held = {}
-for i = 6, #ARGV, 2 do
-  local id, claims = ARGV[i], ARGV[i + 1]
-  if redis.call('ZSCORE', BUSY, id) and (claims == '' or tostring(meta_of(id).claims) == claims) then
-    held[#held + 1] = id
-  end
-end
-move(held, ARGV[2], ARGV[1], ARGV[3], tonumber(ARGV[4]), ARGV[5])
-return held
-"""
+# ARGV: spec (see held)  ->  the ids that were still held, now finished
+DONE = "return finish(held(ARGV[1]))"
+
+# ARGV: now_us, n, spec  ->  {ids finished, {ids, records} of the new claims}
+DONE_AND_CLAIM = "return {finish(held(ARGV[3])), claim(ARGV[1], ARGV[2])}"
+
+# ARGV: now_us, mode, front, requeue limit, error, spec  ->  the ids that were still held, and so moved
+RELEASE = "return move(held(ARGV[6]), ARGV[2], ARGV[1], ARGV[3], tonumber(ARGV[4]), ARGV[5])"
 
 # ARGV: now_us, action, cutoff_us, requeue limit, error, batch
-# ->  flat list of id, payload, meta, claim time of the items touched, as they were while busy
+# ->  flat list of id, record, claim time of the items touched, as they were while busy
 EXPIRE = """
 local found = redis.call('ZRANGEBYSCORE', BUSY, '-inf', '(' .. ARGV[3], 'WITHSCORES', 'LIMIT', 0, ARGV[6])
 local ids, out = {}, {}
@@ -157,8 +222,7 @@ for i = 1, #found, 2 do
   local id = found[i]
   ids[#ids + 1] = id
   out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', PAYLOAD, id)
-  out[#out + 1] = redis.call('HGET', META, id)
+  out[#out + 1] = redis.call('HGET', ITEMS, id)
   out[#out + 1] = found[i + 1]
 end
 move(ids, ARGV[2], ARGV[1], '0', tonumber(ARGV[4]), ARGV[5])
@@ -168,14 +232,14 @@ return out
 # ARGV: max fail count ('' = any), cutoff_us ('' = any), limit (0 = all)  ->  how many moved
 REQUEUE_FAILED = """
 local max_fc, cutoff, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local all = redis.call('LRANGE', FAILED, 0, -1)
 local kept, moved = {}, {}
-for _, id in ipairs(all) do
-  local m = meta_of(id)
-  if (limit == 0 or #moved < limit) and (not max_fc or m.fc <= max_fc) and (not cutoff or tonumber(m.failed) <= cutoff) then
+for _, id in ipairs(redis.call('LRANGE', FAILED, 0, -1)) do
+  local m = parse(redis.call('HGET', ITEMS, id))
+  if (limit == 0 or #moved < limit) and (not max_fc or m.fc <= max_fc)
+      and (not cutoff or tonumber(m.failed) <= cutoff) then
     m.rq = 0
     m.failed = '0'
-    redis.call('HSET', META, id, pack(m))
+    redis.call('HSET', ITEMS, id, pack(m))
     moved[#moved + 1] = id
   else
     kept[#kept + 1] = id
@@ -183,8 +247,8 @@ for _, id in ipairs(all) do
 end
 if #moved > 0 then
   redis.call('DEL', FAILED)
-  for i = 1, #kept, 1000 do redis.call('RPUSH', FAILED, unpack(kept, i, math.min(i + 999, #kept))) end
-  for i = 1, #moved, 1000 do redis.call('RPUSH', MAIN, unpack(moved, i, math.min(i + 999, #moved))) end
+  chunked('RPUSH', FAILED, kept, 1)
+  chunked('RPUSH', MAIN, moved, 1)
 end
 return #moved
 """
@@ -195,52 +259,60 @@ local cutoff, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local removed = 0
 while removed < limit do
   local id = redis.call('LINDEX', FAILED, 0)
-  if not id or (cutoff and tonumber(meta_of(id).failed) > cutoff) then break end
+  if not id or (cutoff and tonumber(parse(redis.call('HGET', ITEMS, id)).failed) > cutoff) then break end
   redis.call('LPOP', FAILED)
-  redis.call('HDEL', PAYLOAD, id)
-  redis.call('HDEL', META, id)
+  redis.call('HDEL', ITEMS, id)
   removed = removed + 1
 end
 return removed
 """
 
-# ARGV: kind, n  ->  flat list of id, payload, meta, claim time ('' outside busy)
+# ARGV: kind, n  ->  flat list of id, record, claim time ('' outside busy)
 PEEK = """
 local out = {}
-local function add(id, score)
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', PAYLOAD, id)
-  out[#out + 1] = redis.call('HGET', META, id)
-  out[#out + 1] = score
-end
 local last = tonumber(ARGV[2]) - 1
+local ids, scores = {}, {}
 if ARGV[1] == 'busy' then
-  local found = redis.call('ZRANGE', BUSY, 0, last, 'WITHSCORES')
-  for i = 1, #found, 2 do add(found[i], found[i + 1]) end
+  local found = redis.call('ZRANGEBYSCORE', BUSY, '-inf', '(+inf', 'WITHSCORES', 'LIMIT', 0, last + 1)
+  for i = 1, #found, 2 do
+    ids[#ids + 1] = found[i]
+    scores[#scores + 1] = found[i + 1]
+  end
 else
-  local list = ARGV[1] == 'main' and MAIN or FAILED
-  for _, id in ipairs(redis.call('LRANGE', list, 0, last)) do add(id, '') end
+  ids = redis.call('LRANGE', ARGV[1] == 'main' and MAIN or FAILED, 0, last)
+end
+for i, id in ipairs(ids) do
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', ITEMS, id)
+  out[#out + 1] = scores[i] or ''
 end
 return out
 """
 
 # ->  how many items there were
 FLUSH = """
-local n = redis.call('HLEN', META)
-redis.call('UNLINK', MAIN, BUSY, FAILED, PAYLOAD, META)
+local n = redis.call('HLEN', ITEMS)
+redis.call('UNLINK', MAIN, BUSY, FAILED, ITEMS)
 return n
 """
 
-SCRIPTS = {
-    "enqueue": ENQUEUE,
-    "claim": CLAIM,
-    "release": RELEASE,
-    "expire": EXPIRE,
-    "requeue_failed": REQUEUE_FAILED,
-    "remove_failed": REMOVE_FAILED,
-    "peek": PEEK,
-    "flush": FLUSH,
+SCRIPTS = {  # name: (body, the functions it calls, in definition order)
+    "enqueue": (ENQUEUE, ["chunked"]),
+    "claim": (CLAIM, ["chunked", "claim"]),
+    "done": (DONE, ["chunked", "held", "finish"]),
+    "done_and_claim": (DONE_AND_CLAIM, ["chunked", "claim", "held", "finish"]),
+    "release": (RELEASE, ["chunked", "parse", "pack", "held", "finish", "move"]),
+    "expire": (EXPIRE, ["chunked", "parse", "pack", "finish", "move"]),
+    "requeue_failed": (REQUEUE_FAILED, ["chunked", "parse", "pack"]),
+    "remove_failed": (REMOVE_FAILED, ["parse"]),
+    "peek": (PEEK, []),
+    "flush": (FLUSH, []),
 }
+SOURCES = {
+    name: HEADER + "".join(FUNCTIONS[function] for function in functions) + body
+    for name, (body, functions) in SCRIPTS.items()
+}
+SHAS = {name: hashlib.sha1(source.encode()).hexdigest() for name, source in SOURCES.items()}
 
 
 def micros(moment: datetime) -> int:
@@ -259,11 +331,17 @@ class RedisFIFO(ReliableFIFO):
         super().__init__(name, **options)
         self.redis = client if client is not None else get_redis_connection("redis")
         prefix = f"ankusa:queue:{{{name}}}:"
-        self.keys = [prefix + part for part in ("main", "busy", "failed", "payload", "meta", "seq")]
-        self._scripts = {name: self.redis.register_script(PRELUDE + body) for name, body in SCRIPTS.items()}
+        self.keys = [prefix + part for part in ("main", "busy", "failed", "items", "seq")]
 
-    def _run(self, script: str, *args: Any, client=None) -> Any:
-        return self._scripts[script](keys=self.keys, args=args, client=client)
+    def _run(self, script: str, *args: Any) -> Any:
+        """EVALSHA straight through the client (redis-py's Script wrapper costs a third of a round
+        trip in Python); on NOSCRIPT (a restarted or failed-over Redis) load the script and retry."""
+        command = ("EVALSHA", SHAS[script], len(self.keys), *self.keys, *args)
+        try:
+            return self.redis.execute_command(*command)
+        except NoScriptError:
+            self.redis.script_load(SOURCES[script])
+            return self.redis.execute_command(*command)
 
     # --- producers ----------------------------------------------------------------------------------
 
@@ -271,38 +349,52 @@ class RedisFIFO(ReliableFIFO):
         encoded = [encode_payload(payload) for payload in payloads]
         if not encoded:
             return []
+        command = ("EVALSHA", SHAS["enqueue"], len(self.keys), *self.keys, micros(self.clock()), *encoded)
+        try:
+            first = self._register_and(command)
+        except NoScriptError:  # nothing was enqueued: the script did not run
+            self.redis.script_load(SOURCES["enqueue"])
+            first = self._register_and(command)
+        return list(range(first, first + len(encoded)))
+
+    def _register_and(self, command: tuple) -> Any:
+        """Record the queue's name in the registry and run ``command``, in one round trip."""
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.sadd(REGISTRY_KEY, self.name)
-            self._run("enqueue", micros(self.clock()), *encoded, client=pipe)
-            _, first = pipe.execute()
-        return list(range(first, first + len(encoded)))
+            pipe.execute_command(*command)
+            return pipe.execute()[-1]
 
     # --- consumers ----------------------------------------------------------------------------------
 
     def _claim(self, n: int, now: datetime) -> list[Item]:
-        found = self._run("claim", micros(now), n)
-        return [_item(*found[i : i + 3], claimed_at=now) for i in range(0, len(found), 3)]
+        return _claimed(self._run("claim", micros(now), n), now)
 
     def done(self, *items: Item | int) -> int:
-        return self._release("done", items)
-
-    def fail(self, item: Item | int, error: str) -> bool:
-        return self._release("fail", [item], error=error) == 1
-
-    def requeue(self, *items: Item | int, front: bool = False, error: str = "") -> int:
-        return self._release("requeue", items, error=error, front=front)
-
-    def unclaim(self, *items: Item | int) -> int:
-        return self._release("unclaim", items, front=True)
-
-    def _release(self, mode: str, items, *, error: str = "", front: bool = False) -> int:
-        tokens = tokens_of(items)
+        tokens = _tokens(items)
         if not tokens:
             return 0
-        pairs = [part for pk, claims in tokens for part in (pk, "" if claims is None else claims)]
+        held = self._run("done", _spec(tokens))
+        self._report_skipped("done", list(tokens), [int(pk) for pk in held])
+        return len(held)
+
+    def done_and_claim(self, *items: Item | int, n: int = 1, wait: float = 0) -> list[Item]:
+        """``done(*items)`` and ``claim(n)`` in one round trip (one script)."""
+        tokens = _tokens(items)
+        if not tokens:
+            return self.claim(n, wait)
+        now = self.clock()
+        held, found = self._run("done_and_claim", micros(now), n, _spec(tokens))
+        self._report_skipped("done", list(tokens), [int(pk) for pk in held])
+        claimed = _claimed(found, now)
+        return claimed if claimed or wait <= 0 else self.claim(n, wait)
+
+    def _release(self, mode: str, items, *, error: str = "", front: bool = False) -> int:
+        tokens = _tokens(items)
+        if not tokens:
+            return 0
         args = (micros(self.clock()), mode, "1" if front else "0", self.requeue_limit, clip_error(error))
-        held = [int(pk) for pk in self._run("release", *args, *pairs)]
-        self._report_skipped(mode, [pk for pk, _ in tokens], held)
+        held = [int(pk) for pk in self._run("release", *args, _spec(tokens))]
+        self._report_skipped(mode, list(tokens), held)
         return len(held)
 
     # --- recovery and the failed list ---------------------------------------------------------------
@@ -320,11 +412,8 @@ class RedisFIFO(ReliableFIFO):
             size = BATCH if limit is None else min(BATCH, limit - len(touched))
             args = (micros(now), action, micros(now - older_than), self.requeue_limit, error, size)
             found = self._run("expire", *args)
-            touched.extend(
-                _item(*found[i : i + 3], claimed_at=from_micros(found[i + 3]))
-                for i in range(0, len(found), 4)
-            )
-            if len(found) < 4 * size:
+            touched.extend(_peeked(found))
+            if len(found) < 3 * size:
                 break
         return touched
 
@@ -351,18 +440,12 @@ class RedisFIFO(ReliableFIFO):
 
     def length(self, kind: Kind = "main") -> int:
         main, busy, failed = self.keys[:3]
-        return {
-            "main": lambda: self.redis.llen(main),
-            "busy": lambda: self.redis.zcard(busy),
-            "failed": lambda: self.redis.llen(failed),
-        }[kind]()
+        if kind == "busy":
+            return self.redis.zcount(busy, "-inf", "(+inf")  # all but the sentinel
+        return self.redis.llen({"main": main, "failed": failed}[kind])
 
     def peek(self, kind: Kind = "main", n: int = 1) -> list[Item]:
-        found = self._run("peek", kind, n)
-        return [
-            _item(*found[i : i + 3], claimed_at=from_micros(found[i + 3]) if found[i + 3] else None)
-            for i in range(0, len(found), 4)
-        ]
+        return _peeked(self._run("peek", kind, n))
 
     def flush(self) -> int:
         return self._run("flush")
@@ -374,16 +457,78 @@ def known_queues(client=None) -> list[str]:
     return sorted(name.decode() for name in client.smembers(REGISTRY_KEY))
 
 
-def _item(pk: bytes, payload: bytes, meta: bytes, *, claimed_at: datetime | None) -> Item:
-    enqueued, claims, requeues, fails, failed, error = meta.split(b":", 5)
-    return Item(
-        id=int(pk),
-        payload=json.loads(payload),
-        enqueued_at=from_micros(enqueued),
-        claimed_at=claimed_at,
-        requeue_count=int(requeues),
-        fail_count=int(fails),
-        last_error=error.decode("utf-8", "replace"),
-        claims=int(claims),
-        failed_at=None if failed == b"0" else from_micros(failed),
-    )
+def _tokens(items) -> dict[int, int | str]:
+    """``{id: claim time in µs}`` in the given order, each item once; a bare id checks no claim."""
+    tokens: dict[int, int | str] = {}
+    stamps: dict[datetime, int] = {}  # the items of one claim share their claim time
+    for item in items:
+        if not isinstance(item, Item):
+            tokens[int(item)] = ""
+        elif item.claimed_at is None:
+            tokens[item.id] = NO_CLAIM
+        else:
+            stamp = stamps.get(item.claimed_at)
+            if stamp is None:
+                stamp = stamps[item.claimed_at] = micros(item.claimed_at)
+            tokens[item.id] = stamp
+    return tokens
+
+
+def _spec(tokens: dict[int, int | str]) -> str:
+    """Items and their claim tokens as the scripts read them: ``"id:token id:token"``."""
+    return " ".join(f"{pk}:{token}" for pk, token in tokens.items())
+
+
+def _claimed(found: list[list[bytes]], now: datetime) -> list[Item]:
+    """Items from a claim's ``[ids, records]``."""
+    if not found:
+        return []
+    ids, records = found
+    return _items(ids, records, [now] * len(ids))
+
+
+def _peeked(found: list[bytes]) -> list[Item]:
+    """Items from a flat ``id, record, claim time ('' when not busy)`` list."""
+    moments = _Moments()
+    claimed = [moments(score) if score else None for score in found[2::3]]
+    return _items(found[0::3], found[1::3], claimed)
+
+
+def _items(ids: list[bytes], records: list[bytes], claimed: list[datetime | None]) -> list[Item]:
+    """Items from their records (see the module docstring), all payloads parsed in one call: this
+    is most of a batch claim's time in Python."""
+    moments = _Moments()
+    fields = [record.split(b":", 6) for record in records]
+    payloads = json.loads(b"[" + b",".join(_payload(field) for field in fields) + b"]")
+    return [
+        Item(
+            int(pk),
+            payload,
+            moments(enqueued),
+            claimed_at,
+            int(requeues),
+            int(fails),
+            "" if length == b"0" else rest[: int(length)].decode("utf-8", "replace"),
+            int(ended) + (claimed_at is not None),  # this claim's number, while it lasts
+            None if failed == b"0" else moments(failed),
+        )
+        for pk, (enqueued, ended, requeues, fails, failed, length, rest), payload, claimed_at in zip(
+            ids, fields, payloads, claimed, strict=True
+        )
+    ]
+
+
+def _payload(field: list[bytes]) -> bytes:
+    """The payload JSON of a split record: what follows the error text."""
+    return field[6] if field[5] == b"0" else field[6][int(field[5]) :]
+
+
+class _Moments(dict):
+    """Microsecond timestamps to datetimes, each distinct value converted once (the items of one
+    enqueue share theirs)."""
+
+    def __missing__(self, raw: bytes) -> datetime:
+        moment = self[raw] = from_micros(raw)
+        return moment
+
+    __call__ = dict.__getitem__

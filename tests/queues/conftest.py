@@ -34,11 +34,10 @@ def clock():
 @pytest.fixture(params=["database", "redis"])
 def backend(request):
     """Each contract test runs once per backend: the database one on whatever database this run
-    uses (SQLite or PostgreSQL), and Redis."""
-    if request.param == "database":
-        # A test that declares transactional_db (threads, subprocesses) gets committed rows.
-        request.getfixturevalue("transactional_db" if "transactional_db" in request.fixturenames else "db")
-    else:
+    uses (SQLite or PostgreSQL), and Redis. The test module marks itself ``django_db`` (or asks for
+    ``transactional_db``): pytest-django sets up the test database only for tests it can see need
+    it, so a fixture cannot ask for one on its own."""
+    if request.param == "redis":
         request.getfixturevalue("django_redis")
     return request.param
 

@@ -13,8 +13,28 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 
 from queues.fifo import Item
+
+pytestmark = pytest.mark.django_db
+
+
+def lost_claims(log) -> list[dict]:
+    return [record.fields for record in log.records if getattr(record, "event", "") == "queue_claim_lost"]
+
+
+def in_thread(function, *args):
+    """``function(*args)`` for another thread, closing that thread's database connection after."""
+
+    def run():
+        try:
+            function(*args)
+        finally:
+            connections.close_all()
+
+    return run
+
 
 # --- enqueue and claim ------------------------------------------------------------------------------
 
@@ -71,6 +91,19 @@ def test_claim_with_wait_gives_up_after_the_wait(queue):
     assert 0.3 <= time.monotonic() - started < 1.5
 
 
+def test_claim_with_wait_returns_an_item_enqueued_while_it_waits(transactional_db, make_queue):
+    consumer, producer = make_queue(), make_queue()
+    timer = threading.Timer(0.3, in_thread(producer.enqueue, "late"))
+    started = time.monotonic()
+    timer.start()
+    try:
+        items = consumer.claim(wait=5)
+    finally:
+        timer.join()
+    assert [item.payload for item in items] == ["late"]
+    assert 0.3 <= time.monotonic() - started < 2
+
+
 def test_claim_needs_a_positive_count(queue):
     with pytest.raises(ValueError):
         queue.claim(0)
@@ -120,8 +153,7 @@ def test_done_twice_finishes_once(queue, queue_log):
     (item,) = queue.claim()
     assert queue.done(item) == 1
     assert queue.done(item) == 0
-    assert "done skipped 1 item(s) no longer held by this claim" in queue_log.text
-    assert str(item.id) in queue_log.text
+    assert lost_claims(queue_log) == [{"queue": "jobs", "operation": "done", "skipped": 1, "ids": [item.id]}]
 
 
 def test_done_of_an_item_not_claimed_is_a_noop(queue):
@@ -143,9 +175,27 @@ def test_done_after_expiry_and_a_new_claim_is_a_noop_that_reports_it(queue, cloc
     assert queue.fail(stale, "late") is False
     assert queue.unclaim(stale) == 0
     assert queue.peek("busy") == [fresh]
-    assert "done skipped 1 item(s)" in queue_log.text
+    assert [fields["operation"] for fields in lost_claims(queue_log)] == [
+        "done",
+        "requeue",
+        "fail",
+        "unclaim",
+    ]
     assert queue.done(fresh) == 1
     assert queue.length("busy") == 0
+
+
+def test_done_and_claim_finishes_items_and_claims_the_next_in_order(queue, queue_log):
+    queue.enqueue("a", "b", "c", "d")
+    first = queue.claim(2)
+    second = queue.done_and_claim(*first, n=5)
+    assert [item.payload for item in second] == ["c", "d"]
+    assert queue.peek("busy", 5) == second
+    assert queue.done_and_claim(*first, *second) == []
+    assert lost_claims(queue_log) == [
+        {"queue": "jobs", "operation": "done", "skipped": 2, "ids": sorted(item.id for item in first)}
+    ]
+    assert (queue.length("main"), queue.length("busy")) == (0, 0)
 
 
 # --- requeue, unclaim, fail -------------------------------------------------------------------------
@@ -228,6 +278,14 @@ def test_fail_of_an_item_not_busy_returns_false(queue):
     (pk,) = queue.enqueue("a")
     assert queue.fail(pk, "nope") is False
     assert queue.length("failed") == 0
+
+
+def test_an_error_with_separators_and_unicode_comes_back_verbatim(queue):
+    error = 'HTTP 503: "upstream: down" 12:30 — réessayer\nline two'
+    queue.enqueue({"k": "v:1"})
+    queue.requeue(*queue.claim(), error=error)
+    (item,) = queue.claim()
+    assert (item.last_error, item.payload) == (error, {"k": "v:1"})
 
 
 def test_a_long_error_is_cut(queue):
@@ -521,7 +579,7 @@ def test_consume_outside_the_main_thread_runs_without_signal_handlers(transactio
     queue.enqueue(1, 2)
     result = []
     worker = threading.Thread(
-        target=lambda: result.append(queue.consume(lambda item: None, return_when_empty=True))
+        target=in_thread(lambda: result.append(queue.consume(lambda item: None, return_when_empty=True)))
     )
     worker.start()
     worker.join(10)

@@ -19,12 +19,13 @@ def test_enqueue_registers_the_queue_name(django_redis):
     assert known_queues() == ["commands", "mail"]
 
 
-def test_done_looks_items_up_in_the_busy_set_by_member(django_redis):
+def test_the_busy_set_is_a_skiplist_from_the_first_claim(django_redis):
+    """A small sorted set would be a listpack, searched linearly by ZADD and ZMSCORE."""
     queue = RedisFIFO("commands")
     queue.enqueue(*range(5))
     items = queue.claim(5)
-    assert django_redis.type(queue.keys[1]) == b"zset"
+    assert django_redis.object("encoding", queue.keys[1]) == b"skiplist"
     assert queue.done(items[3]) == 1
-    assert [int(pk) for pk in django_redis.zrange(queue.keys[1], 0, -1)] == [
-        items[i].id for i in (0, 1, 2, 4)
-    ]
+    busy = django_redis.zrangebyscore(queue.keys[1], "-inf", "(+inf")
+    assert [int(pk) for pk in busy] == [items[i].id for i in (0, 1, 2, 4)]
+    assert queue.length("busy") == 4

@@ -118,34 +118,45 @@ class Command(BaseCommand):
             self.stderr.write(problem)
 
     def recover(self, queue: ReliableFIFO, options) -> None:
-        older_than = None if options["older_than"] is None else timedelta(seconds=options["older_than"])
-        progress = Progress(self.stdout, f"{queue.name}: recover", queue.length("busy"))
-        while touched := queue.handle_expired(older_than, options["on_expiry"], limit=CHUNK):
-            progress.advance(len(touched))
-            if len(touched) < CHUNK:
-                break
-        progress.close()
-        self.summary(queue, progress.done, f"expired item(s): {options['on_expiry']}")
+        older_than = _seconds(options["older_than"])
+        action = options["on_expiry"]
+        count = self.in_chunks(
+            queue,
+            "recover",
+            queue.length("busy"),
+            lambda: len(queue.handle_expired(older_than, action, limit=CHUNK)),
+        )
+        self.summary(queue, count, f"expired item(s): {action}")
 
     def requeue_failed(self, queue: ReliableFIFO, options) -> None:
-        delay = None if options["delay"] is None else timedelta(seconds=options["delay"])
-        progress = Progress(self.stdout, f"{queue.name}: requeue failed", queue.length("failed"))
-        while moved := queue.requeue_failed(options["max_fail_count"], delay, limit=CHUNK):
-            progress.advance(moved)
-            if moved < CHUNK:
-                break
-        progress.close()
-        self.summary(queue, progress.done, "failed item(s) requeued")
+        delay = _seconds(options["delay"])
+        count = self.in_chunks(
+            queue,
+            "requeue failed",
+            queue.length("failed"),
+            lambda: queue.requeue_failed(options["max_fail_count"], delay, limit=CHUNK),
+        )
+        self.summary(queue, count, "failed item(s) requeued")
 
     def remove_failed(self, queue: ReliableFIFO, options) -> None:
-        older_than = None if options["older_than"] is None else timedelta(seconds=options["older_than"])
-        progress = Progress(self.stdout, f"{queue.name}: remove failed", queue.length("failed"))
-        while removed := queue.remove_failed(older_than, limit=CHUNK):
-            progress.advance(removed)
-            if removed < CHUNK:
+        older_than = _seconds(options["older_than"])
+        count = self.in_chunks(
+            queue,
+            "remove failed",
+            queue.length("failed"),
+            lambda: queue.remove_failed(older_than, limit=CHUNK),
+        )
+        self.summary(queue, count, "failed item(s) removed")
+
+    def in_chunks(self, queue: ReliableFIFO, label: str, total: int, step) -> int:
+        """Call ``step`` (which handles up to CHUNK items, returning how many) until it runs dry."""
+        progress = Progress(self.stdout, f"{queue.name}: {label}", total)
+        while count := step():
+            progress.advance(count)
+            if count < CHUNK:
                 break
         progress.close()
-        self.summary(queue, progress.done, "failed item(s) removed")
+        return progress.done
 
     def flush(self, queue: ReliableFIFO, options) -> None:
         total = sum(queue.length(kind) for kind in KINDS)
@@ -167,3 +178,7 @@ class Command(BaseCommand):
 
     def stdin_isatty(self) -> bool:
         return sys.stdin.isatty()
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)

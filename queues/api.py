@@ -1,0 +1,135 @@
+"""REST endpoints of the queues (staff only for now; a later issue brings the permission matrix).
+
+* ``GET /api/v1/queues/``: lengths and oldest ages of every queue of both backends.
+* ``GET /api/v1/queues/{name}/``: the same for one queue (its configured backend, or
+  ``?backend=database|redis``).
+* ``POST /api/v1/queues/{name}/requeue-failed/`` ``{"max_fail_count": n, "delay_s": s}`` (both
+  optional): failed items back to the tail of the queue; answers ``{"requeued": n}``.
+* ``POST /api/v1/queues/{name}/remove-failed/`` ``{"older_than_s": s}`` (optional): answers
+  ``{"removed": n}``.
+
+Each view validates its input and calls one method of the queue. Every error is JSON
+``{"error": code, "detail": text}``; a backend that does not answer is a 503.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import DatabaseError
+from redis.exceptions import RedisError
+from rest_framework import exceptions, serializers, status
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView, exception_handler
+
+from queues.actions import overview
+from queues.fifo import NAME_PATTERN, ReliableFIFO, get_queue
+
+# The bodies are two small numbers; anything much bigger is not one of them.
+MAX_BODY_BYTES = 4096
+# A day in seconds times ten thousand: larger is a typo, and timedelta overflows past 1e9 days.
+MAX_SECONDS = 864_000_000
+
+
+class BackendUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "backend_unavailable"
+
+
+def json_errors(exc, context):
+    """DRF's handler, reshaped into ``{"error": code, "detail": text}``."""
+    response = exception_handler(exc, context)
+    if response is not None:
+        detail = exc.detail
+        if isinstance(detail, dict):
+            detail = "; ".join(f"{field}: {' '.join(map(str, errors))}" for field, errors in detail.items())
+        elif isinstance(detail, list):
+            detail = " ".join(map(str, detail))
+        response.data = {"error": getattr(exc, "default_code", "error"), "detail": str(detail)}
+    return response
+
+
+class QueueView(APIView):
+    permission_classes = [IsAdminUser]
+
+    def get_exception_handler(self):
+        return json_errors
+
+    def handle_exception(self, exc):
+        if isinstance(exc, RedisError | DatabaseError):
+            exc = BackendUnavailable(f"The queue backend did not answer: {type(exc).__name__}.")
+        return super().handle_exception(exc)
+
+    def queue(self, request, name: str) -> ReliableFIFO:
+        backend = request.query_params.get("backend")
+        if not NAME_PATTERN.match(name):
+            raise exceptions.ValidationError({"name": ["Use 1 to 64 letters, digits, '_', '.' or '-'."]})
+        if backend not in (None, "database", "redis"):
+            raise exceptions.ValidationError({"backend": ["Use 'database' or 'redis'."]})
+        return get_queue(name, backend=backend)
+
+    def body(self, request, serializer_class) -> dict:
+        if _content_length(request) > MAX_BODY_BYTES:
+            raise exceptions.ValidationError({"body": [f"At most {MAX_BODY_BYTES} bytes."]})
+        data = request.data
+        if not isinstance(data, dict):
+            raise exceptions.ValidationError({"body": ["Send a JSON object."]})
+        unknown = sorted(set(data) - set(serializer_class().fields))
+        if unknown:
+            raise exceptions.ValidationError({field: ["Unknown field."] for field in unknown})
+        serializer = serializer_class(data=data)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+
+def _content_length(request) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0  # Django reads no body it cannot measure
+
+
+def seconds(required: bool = False):
+    return serializers.FloatField(required=required, min_value=0, max_value=MAX_SECONDS, allow_null=True)
+
+
+class RequeueFailedInput(serializers.Serializer):
+    max_fail_count = serializers.IntegerField(
+        required=False, min_value=0, max_value=2**31 - 1, allow_null=True
+    )
+    delay_s = seconds()
+
+
+class RemoveFailedInput(serializers.Serializer):
+    older_than_s = seconds()
+
+
+def duration(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+class QueueList(QueueView):
+    def get(self, request):
+        return Response(overview())
+
+
+class QueueDetail(QueueView):
+    def get(self, request, name: str):
+        return Response(self.queue(request, name).stats())
+
+
+class RequeueFailed(QueueView):
+    def post(self, request, name: str):
+        queue = self.queue(request, name)
+        data = self.body(request, RequeueFailedInput)
+        moved = queue.requeue_failed(data.get("max_fail_count"), duration(data.get("delay_s")))
+        return Response({"queue": queue.name, "backend": queue.backend, "requeued": moved})
+
+
+class RemoveFailed(QueueView):
+    def post(self, request, name: str):
+        queue = self.queue(request, name)
+        data = self.body(request, RemoveFailedInput)
+        removed = queue.remove_failed(duration(data.get("older_than_s")))
+        return Response({"queue": queue.name, "backend": queue.backend, "removed": removed})
