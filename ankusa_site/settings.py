@@ -234,6 +234,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery beat runs the dispatch loop's sweep and recovery at the loop's own period; each of them
+# asks for a consume when it queued something (commands/tasks.py).
+CELERY_BEAT_SCHEDULE = {
+    "commands-sweep": {"task": "commands.sweep", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
+    "commands-recover": {"task": "commands.recover", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
+}
 
 # --- logs ---------------------------------------------------------------------------------------
 

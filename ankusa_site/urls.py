@@ -1,9 +1,11 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from django.views import defaults
 
 from ankusa_site import health
 from ankusa_site.api import error, wants_json
+from commands.views import demo_receiver
 
 admin.site.site_header = "Ankusa"
 admin.site.site_title = "Ankusa"
@@ -18,6 +20,10 @@ urlpatterns = [
     path("api/v1/", include("queues.api_urls")),
     path("api/v1/", include("commands.api_urls")),
 ]
+
+if settings.DEBUG:
+    # The receiver of the demo's http connector (manage.py demo); never part of a production site.
+    urlpatterns.append(path("demo/receiver/", demo_receiver, name="demo-receiver"))
 
 
 def handler404(request, exception=None):

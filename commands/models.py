@@ -1,1 +1,287 @@
-"""Connectors, commands and attempts arrive with the commands issue."""
+"""Connectors, sources, commands and their attempts.
+
+* ``Connector``: where a tenant's commands go (an adapter kind and its configuration). Its
+  credential (``secret``) is kept apart from the rest of the configuration and is never shown
+  back: admin forms treat it as write-only. ``idempotent`` is a declaration by staff that two
+  sends are one instruction; only an explicit true counts, and only then are failures retried.
+* ``Source``: a named way commands arrive for a tenant, fanning out to one command per connector.
+  (Intake adds the signature verifier, the dedupe key location and deliveries.)
+* ``Command``: one instruction for one connector. Its ``state`` moves only along
+  ``commands.states`` through :meth:`CommandQuerySet.transition`, a conditional update whose row
+  count is checked, so racing workers cannot both make the same move. The retry decision's inputs
+  (``last_outlook``, ``attempts``, ``next_attempt_at``) and its latest answer (``skip_reason``)
+  live on the row, so every list can show why a command is waiting.
+* ``Attempt``: one dispatch of one command, written once and complete when the send ends (or by
+  the recovery, for a send whose worker died); the dispatch loop never rewrites or deletes one.
+
+Saving a connector makes its ``after-fix`` commands due at once (:meth:`Connector.save`): the fix
+a person just made should not wait out the 10-minute re-check period.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, URLValidator
+from django.db import models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from commands import adapters
+from commands.retry import Outlook, SkipReason
+from commands.states import State, next_state
+from limits.models import Tenant, slug_validator
+
+# Skip reasons that only a person's act can change (a resend, a fix, a new command). The sweep does
+# not look at commands parked with one of them again, which keeps its query independent of the
+# size of the failed list.
+PARKED_REASONS = (
+    SkipReason.NOT_DISPATCHABLE,
+    SkipReason.NEVER,
+    SkipReason.ATTEMPTS_SPENT,
+    SkipReason.OUTLOOK_UNKNOWN,
+    SkipReason.NOT_IDEMPOTENT,
+)
+
+HTTP_METHODS = [("POST", "POST"), ("PUT", "PUT"), ("PATCH", "PATCH")]
+
+
+# An HTTP header name is a token (RFC 9110 §5.1); a value must not break the header block.
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Credentials belong in the write-only secret, never in headers an admin page shows back.
+CREDENTIAL_HEADERS = {"authorization", "proxy-authorization", "cookie", "x-api-key"}
+
+
+def validate_header_name(value: str) -> None:
+    if not HEADER_NAME.match(value):
+        raise ValidationError(f"{value!r} is not a valid HTTP header name.")
+
+
+def validate_headers(value) -> None:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValidationError('Headers must be a JSON object of strings: {"X-Team": "ops"}.')
+    for name, header_value in value.items():
+        validate_header_name(name)
+        if "\r" in header_value or "\n" in header_value:
+            raise ValidationError(f"The value of {name} must be on one line.")
+        if name.lower() in CREDENTIAL_HEADERS:
+            raise ValidationError(
+                f"{name} carries a credential: put it in the secret, which is never shown back."
+            )
+
+
+def validate_status_map(value) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError('The status map must be a JSON object: {"409": "never"}.')
+    for status, outlook in value.items():
+        if not (isinstance(status, str) and status.isdigit() and 100 <= int(status) <= 599):
+            raise ValidationError(f"{status!r} is not an HTTP status code (100-599).")
+        if outlook not in Outlook.values:
+            raise ValidationError(f"{outlook!r} is not an outlook; use one of {', '.join(Outlook.values)}.")
+
+
+class Connector(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="connectors")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=32, choices=adapters.kind_choices)
+    enabled = models.BooleanField(
+        default=True, help_text="A disabled connector's commands wait as after-fix."
+    )
+    idempotent = models.BooleanField(
+        default=False,
+        help_text="Declare only when the receiver treats two sends of one command as one instruction "
+        "(it dedupes on the Idempotency-Key header). Only then are failed commands retried.",
+    )
+    url = models.CharField(max_length=2000, blank=True, validators=[URLValidator(schemes=["http", "https"])])
+    method = models.CharField(max_length=8, choices=HTTP_METHODS, default="POST")
+    headers = models.JSONField(default=dict, blank=True, validators=[validate_headers])
+    connect_timeout_s = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.01)], help_text="Empty: the site default."
+    )
+    read_timeout_s = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.01)], help_text="Empty: the site default."
+    )
+    status_map = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_status_map],
+        help_text='HTTP status to outlook, overriding the defaults: {"409": "never"}.',
+    )
+    secret_header = models.CharField(
+        max_length=100,
+        blank=True,
+        validators=[validate_header_name],
+        help_text="The header that carries the credential, e.g. Authorization.",
+    )
+    secret = models.TextField(blank=True, help_text="The full header value. Never shown back.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="commands_connector_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}/{self.name}"
+
+    def clean(self) -> None:
+        # Like system check E002 for the site defaults: a send must end before the recovery takes
+        # it for abandoned, or its command is recorded as "unknown" while it is still going.
+        connect = self.connect_timeout_s or settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S
+        read = self.read_timeout_s or settings.ANKUSA_HTTP_READ_TIMEOUT_S
+        if connect + read >= settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S:
+            raise ValidationError(
+                f"Connect + read timeout ({connect + read:g} s) must stay under the queue's visibility "
+                f"timeout ({settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S} s)."
+            )
+
+    def save(self, *args, **kwargs) -> None:
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            Command.objects.waiting_for_fix(self).make_due(timezone.now())
+
+
+class Source(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sources")
+    slug = models.CharField(max_length=64, validators=[slug_validator])
+    connectors = models.ManyToManyField(Connector, related_name="sources", blank=True)
+    needs_approval = models.BooleanField(
+        default=False, help_text="Its commands start as drafts that staff approve, instead of approved."
+    )
+
+    class Meta:
+        ordering = ["tenant", "slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="commands_source_unique_slug"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}/{self.slug}"
+
+    @property
+    def initial_state(self) -> State:
+        return State.DRAFT if self.needs_approval else State.APPROVED
+
+
+class CommandQuerySet(models.QuerySet):
+    def due(self, now: datetime):
+        """Commands the sweep decides on: approved or failed, not parked, due by ``now``."""
+        return self.filter(
+            Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now),
+            state__in=[State.APPROVED, State.FAILED],
+        ).exclude(skip_reason__in=PARKED_REASONS)
+
+    def waiting_for_fix(self, connector: Connector):
+        """``connector``'s failed commands whose adapter said a configuration fix is needed."""
+        return self.filter(connector=connector, state=State.FAILED, last_outlook=Outlook.AFTER_FIX)
+
+    def make_due(self, now: datetime) -> int:
+        """Due at once: the next sweep decides again (clears the reason it was waiting for)."""
+        return self.update(next_attempt_at=now, skip_reason="", skip_decided_at=None)
+
+    def transition(self, state: str, event: str, now: datetime, **changes) -> int:
+        """Move the commands of this queryset that are still in ``state`` by ``event``.
+
+        One conditional UPDATE; returns how many moved, which the caller checks (``== 1`` for one
+        command: 0 means another worker moved it first). ``changes`` are written with the move.
+        """
+        target = next_state(state, event)
+        if target is None:
+            raise ValueError(f"no transition from '{state}' on '{event}'")
+        return self.filter(state=state).update(state=target, state_changed_at=now, **changes)
+
+
+class Command(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="commands")
+    connector = models.ForeignKey(Connector, on_delete=models.PROTECT, related_name="commands")
+    source = models.ForeignKey(
+        Source, on_delete=models.PROTECT, null=True, blank=True, related_name="commands"
+    )
+    idempotency_key = models.CharField(max_length=255, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.APPROVED)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    last_outlook = models.CharField(max_length=16, choices=Outlook.choices, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    skip_reason = models.CharField(max_length=32, choices=SkipReason.choices, blank=True)
+    skip_decided_at = models.DateTimeField(null=True, blank=True)
+    last_error_class = models.CharField(max_length=100, blank=True)
+    last_error = models.TextField(blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    resent_from = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resent_as"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = CommandQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # The sweep: CommandQuerySet.due(now) — approved/failed and not parked, by due time.
+            models.Index(
+                fields=["next_attempt_at"],
+                name="commands_due_idx",
+                condition=Q(state__in=[State.APPROVED, State.FAILED]) & ~Q(skip_reason__in=PARKED_REASONS),
+            ),
+            # The failed list, filtered by skip reason, newest first.
+            models.Index(
+                fields=["skip_reason", "-id"], name="commands_failed_idx", condition=Q(state=State.FAILED)
+            ),
+            # The recovery: commands stuck in queued/dispatching, oldest state change first.
+            models.Index(
+                fields=["state_changed_at"],
+                name="commands_in_flight_idx",
+                condition=Q(state__in=[State.QUEUED, State.DISPATCHING]),
+            ),
+            # A connector's after-fix commands, made due when the connector is saved.
+            models.Index(
+                fields=["connector", "last_outlook"],
+                name="commands_connector_fix_idx",
+                condition=Q(state=State.FAILED),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"command {self.pk} ({self.state})"
+
+    def clean(self) -> None:
+        if self.connector_id and self.tenant_id and self.connector.tenant_id != self.tenant_id:
+            raise ValidationError({"connector": "The connector belongs to another tenant."})
+        if self.source_id and self.tenant_id and self.source.tenant_id != self.tenant_id:
+            raise ValidationError({"source": "The source belongs to another tenant."})
+
+
+class Attempt(models.Model):
+    command = models.ForeignKey(Command, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ok = models.BooleanField(null=True, help_text="Empty while in flight, or when the outcome is unknown.")
+    outlook = models.CharField(max_length=16, choices=Outlook.choices, blank=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_class = models.CharField(max_length=100, blank=True)
+    error_message = models.TextField(blank=True)
+    response_excerpt = models.TextField(blank=True)
+    manual = models.BooleanField(default=False, help_text="Started by a person (a resend), not the loop.")
+    manual_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["command", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["command", "number"], name="commands_attempt_unique_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of command {self.command_id}"

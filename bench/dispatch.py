@@ -1,0 +1,230 @@
+"""Benchmark: the dispatch loop against raw HTTP, and a kill-and-restart run that counts losses.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db> .venv/bin/python bench/dispatch.py [--quick]
+
+It creates its own throw-away database (Django's test database for ``DATABASE_URL``, dropped at
+the end), starts the counting HTTP sink of the tests as a separate process, and measures:
+
+* ``raw_http_per_s`` — POSTs per second that the dispatch loop's own HTTP client (the same urllib3
+  pool, the same ``ANKUSA_DISPATCH_CONCURRENCY`` threads) reaches against the sink: the baseline.
+* ``dispatch_per_s`` — commands per second from ``approved`` to ``succeeded`` through the loop
+  (sweep + consume, every state change and attempt row written), against the same sink.
+* ``dispatch_vs_raw_http`` = dispatch / raw. Target ≥ 0.5 on PostgreSQL.
+* ``lost`` / ``double_sent`` — ``manage.py dispatch`` killed with -9 in the middle of a run on a
+  non-idempotent connector, then restarted: commands that did not end ``succeeded`` or ``failed``
+  with a reason (or succeeded without reaching the sink), and commands the sink got twice. Both
+  must be 0.
+
+Prints a table, then one JSON line with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ankusa_site.settings")
+os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test.utils import setup_databases, teardown_databases  # noqa: E402
+
+from commands import dispatch  # noqa: E402
+from commands.adapters.http import pool  # noqa: E402
+from commands.models import Command, Connector  # noqa: E402
+from commands.states import State  # noqa: E402
+from limits.models import Tenant  # noqa: E402
+from tests.services import database_url  # noqa: E402
+
+KILL_ENV = {
+    "ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S": "2",
+    "ANKUSA_HTTP_CONNECT_TIMEOUT_S": "0.5",
+    "ANKUSA_HTTP_READ_TIMEOUT_S": "1",
+    "ANKUSA_DISPATCH_INTERVAL_S": "0.2",
+}
+
+
+class SinkProcess:
+    def __init__(self):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.commands.sink"],
+            cwd=BASE_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.port = int(self.process.stdout.readline().split()[1])
+        self.url = f"http://127.0.0.1:{self.port}/receive"
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_stats", timeout=5) as response:
+            return json.load(response)
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=10)
+
+
+def raw_http(url: str, n: int, concurrency: int) -> float:
+    """Requests/s of the dispatch loop's HTTP client alone, ``concurrency`` threads."""
+    body = json.dumps({"order": 1, "action": "ship"}).encode()
+    counter = iter(range(n))
+    lock = threading.Lock()
+
+    def work():
+        client = pool()
+        while True:
+            with lock:
+                number = next(counter, None)
+            if number is None:
+                return
+            headers = {"Content-Type": "application/json", "Idempotency-Key": f"raw-{number}"}
+            response = client.request("POST", url, body=body, headers=headers, preload_content=False)
+            response.read(1000)
+            response.drain_conn()
+            response.release_conn()
+
+    threads = [threading.Thread(target=work) for _ in range(concurrency)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return n / (time.perf_counter() - started)
+
+
+def make_commands(connector: Connector, n: int) -> None:
+    Command.objects.bulk_create(
+        [
+            Command(tenant=connector.tenant, connector=connector, payload={"order": i, "action": "ship"})
+            for i in range(n)
+        ],
+        batch_size=1000,
+    )
+
+
+def through_the_loop(connector: Connector, n: int) -> float:
+    """Commands/s from approved to succeeded: sweep, then drain, timed together."""
+    make_commands(connector, n)
+    # One connector, so the per-connector cap is lifted to the pool size: the same concurrency as raw.
+    concurrency = settings.ANKUSA_DISPATCH_CONCURRENCY
+    started = time.perf_counter()
+    with dispatch.Dispatcher(per_connector=concurrency) as dispatcher:
+        dispatch.sweep(queue=dispatcher.queue)
+        dispatcher.drain()
+    elapsed = time.perf_counter() - started
+    done = Command.objects.filter(connector=connector, state=State.SUCCEEDED).count()
+    if done != n:
+        raise SystemExit(f"only {done} of {n} commands succeeded")
+    return n / elapsed
+
+
+def kill_and_restart(sink: SinkProcess, connector: Connector, n: int) -> tuple[int, int, int]:
+    """Returns (lost, double_sent, sends in flight when killed)."""
+    make_commands(connector, n)
+    env = {
+        **os.environ,
+        **KILL_ENV,
+        "DATABASE_URL": database_url(settings.DATABASES["default"]),
+        "PYTHONPATH": str(BASE_DIR),
+    }
+    command = [sys.executable, "manage.py", "dispatch"]
+    first = subprocess.Popen(command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL)
+    before = sink.stats()["received"]
+    deadline = time.monotonic() + 120
+    while sink.stats()["received"] - before < n // 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    in_flight = Command.objects.filter(connector=connector, state=State.DISPATCHING).count()
+    second = subprocess.Popen(command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL)
+    mine = Command.objects.filter(connector=connector)
+    queue = dispatch.commands_queue()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if not mine.exclude(state__in=[State.SUCCEEDED, State.FAILED]).exists() and queue.length("busy") == 0:
+            break
+        time.sleep(0.1)
+    second.send_signal(signal.SIGTERM)
+    second.wait(timeout=60)
+    keys = sink.stats()["keys"]
+    ended = mine.filter(state=State.SUCCEEDED) | mine.filter(state=State.FAILED).exclude(skip_reason="")
+    lost = n - ended.count()
+    lost += sum(
+        1 for pk in mine.filter(state=State.SUCCEEDED).values_list("pk", flat=True) if str(pk) not in keys
+    )
+    double_sent = sum(1 for pk in mine.values_list("pk", flat=True) if keys.get(str(pk), 0) > 1)
+    return lost, double_sent, in_flight
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
+    args = parser.parse_args()
+    n_speed, n_kill = (300, 300) if args.quick else (5000, 3000)
+    concurrency = settings.ANKUSA_DISPATCH_CONCURRENCY
+
+    # A database of its own, named apart from the test suite's, so the two can run side by side.
+    db = settings.DATABASES["default"]
+    name = Path(db["NAME"])
+    db.setdefault("TEST", {})["NAME"] = (
+        str(name.with_name(f"bench_{name.name}"))
+        if db["ENGINE"].endswith("sqlite3")
+        else f"bench_{db['NAME']}"
+    )
+    old_config = setup_databases(verbosity=0, interactive=False)
+    sink = SinkProcess()
+    try:
+        tenant = Tenant.objects.create(slug="bench", name="bench")
+        speed = Connector.objects.create(
+            tenant=tenant, name="speed", kind="http", url=sink.url, idempotent=True
+        )
+        kill = Connector.objects.create(tenant=tenant, name="kill", kind="http", url=sink.url)
+        raw_http(sink.url, min(500, n_speed), concurrency)  # warm-up: connections, JIT-free but caches
+        raw = raw_http(sink.url, n_speed, concurrency)
+        loop = through_the_loop(speed, n_speed)
+        lost, double_sent, in_flight = kill_and_restart(sink, kill, n_kill)
+    finally:
+        sink.stop()
+        connection.close()
+        teardown_databases(old_config, verbosity=0)
+
+    figures = {
+        "dispatch_vs_raw_http": round(loop / raw, 3),
+        "lost": lost,
+        "double_sent": double_sent,
+        "raw_http_per_s": round(raw, 1),
+        "dispatch_per_s": round(loop, 1),
+        "killed_in_flight": in_flight,
+        "database": connection.vendor,
+        "concurrency": concurrency,
+        "commands": n_speed,
+        "quick": args.quick,
+    }
+    print(f"{'measure':<34}{'value':>12}")
+    print(f"{'raw HTTP (same client), req/s':<34}{raw:>12.1f}")
+    print(f"{'dispatch loop, commands/s':<34}{loop:>12.1f}")
+    print(f"{'dispatch / raw (target >= 0.5)':<34}{loop / raw:>12.3f}")
+    print(f"{'kill -9: sends in flight':<34}{in_flight:>12}")
+    print(f"{'kill -9: lost (must be 0)':<34}{lost:>12}")
+    print(f"{'kill -9: double sent (must be 0)':<34}{double_sent:>12}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

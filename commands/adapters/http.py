@@ -1,0 +1,147 @@
+"""The HTTP adapter: POST the command's payload as JSON to the connector's URL.
+
+One urllib3 pool per process, shared by every dispatch thread (keep-alive connections to each
+receiver, at most ``ANKUSA_DISPATCH_CONCURRENCY`` per host), no automatic retries and no redirects:
+a retry is the retry decision's business, never the client's.
+
+Each request carries ``Idempotency-Key: <command id>`` so a receiver can dedupe our retries, and
+the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``).
+
+The outlook of a failure, in precedence order:
+
+1. the receiver's own ``Retry-Outlook: again | after-fix | never`` response header — it knows best;
+2. the connector's ``status_map`` (``{"409": "never"}``), set by staff for a receiver with quirks;
+3. the defaults: network error, 408, 425, 429, 5xx → ``again``; 401, 403, 407 → ``after-fix``;
+   400, 404, 405, 410, 413, 415, 422 → ``never``; anything else (3xx, other 4xx) → none (unknown).
+
+What this does not guarantee: a read timeout is ``again`` although the receiver may have acted;
+that is safe only because a retry needs a connector that declared idempotency.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from urllib.parse import urlsplit
+
+import urllib3
+from django.conf import settings
+
+from commands.adapters import EXCERPT_CHARS, Outcome
+from commands.retry import Outlook
+
+AGAIN_STATUSES = frozenset({408, 425, 429})
+AFTER_FIX_STATUSES = frozenset({401, 403, 407})
+NEVER_STATUSES = frozenset({400, 404, 405, 410, 413, 415, 422})
+# How much of a body we drain to keep the connection for reuse; past this, closing is cheaper.
+DRAIN_LIMIT_BYTES = 64 * 1024
+
+_pool: urllib3.PoolManager | None = None
+_pool_lock = threading.Lock()
+
+
+def pool() -> urllib3.PoolManager:
+    """This process's connection pool (created on first use, after settings are final)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = urllib3.PoolManager(
+                num_pools=64, maxsize=settings.ANKUSA_DISPATCH_CONCURRENCY, retries=False
+            )
+        return _pool
+
+
+def default_outlook(status: int | None) -> Outlook | None:
+    """DESIGN.md's table; ``None`` status is a network error."""
+    if status is None or status in AGAIN_STATUSES or 500 <= status <= 599:
+        return Outlook.AGAIN
+    if status in AFTER_FIX_STATUSES:
+        return Outlook.AFTER_FIX
+    if status in NEVER_STATUSES:
+        return Outlook.NEVER
+    return None
+
+
+def outlook_for(status: int, header: str | None, status_map: dict) -> Outlook | None:
+    said = (header or "").strip().lower()
+    if said in Outlook.values:
+        return Outlook(said)
+    mapped = (status_map or {}).get(str(status))
+    if mapped in Outlook.values:
+        return Outlook(mapped)
+    return default_outlook(status)
+
+
+def _excerpt(response: urllib3.BaseHTTPResponse) -> str:
+    data = response.read(EXCERPT_CHARS)
+    remaining = response.length_remaining
+    if remaining is not None and remaining <= DRAIN_LIMIT_BYTES:
+        response.drain_conn()
+        response.release_conn()
+    else:
+        response.close()
+    return data.decode("utf-8", "replace")
+
+
+class HttpAdapter:
+    kind = "http"
+    label = "HTTP (JSON POST)"
+
+    def check(self, connector) -> list[str]:
+        found = []
+        parts = urlsplit(connector.url or "")
+        if not connector.url:
+            found.append("no URL")
+        elif parts.scheme not in ("http", "https") or not parts.hostname:
+            found.append("the URL must be an absolute http:// or https:// URL")
+        elif parts.username or parts.password:
+            found.append("the URL carries credentials; put them in the secret instead")
+        if connector.secret_header and not connector.secret:
+            found.append(f"missing credential for the {connector.secret_header} header")
+        return found
+
+    def send(self, command) -> Outcome:
+        connector = command.connector
+        headers = {str(k): str(v) for k, v in (connector.headers or {}).items()}
+        headers["Content-Type"] = "application/json"
+        headers["Idempotency-Key"] = str(command.pk)
+        if connector.secret_header:
+            headers[connector.secret_header] = connector.secret
+        timeout = urllib3.Timeout(
+            connect=connector.connect_timeout_s or settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S,
+            read=connector.read_timeout_s or settings.ANKUSA_HTTP_READ_TIMEOUT_S,
+        )
+        body = json.dumps(command.payload, separators=(",", ":")).encode()
+        try:
+            response = pool().request(
+                connector.method,
+                connector.url,
+                body=body,
+                headers=headers,
+                timeout=timeout,
+                redirect=False,
+                preload_content=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            return Outcome(
+                ok=False,
+                outlook=Outlook.AGAIN,
+                detail=str(reason)[:EXCERPT_CHARS],
+                error_class=type(reason).__name__,
+            )
+        status = response.status
+        excerpt = _excerpt(response)
+        if 200 <= status <= 299:
+            return Outcome(ok=True, status=status, excerpt=excerpt)
+        return Outcome(
+            ok=False,
+            outlook=outlook_for(status, response.headers.get("Retry-Outlook"), connector.status_map),
+            status=status,
+            detail=f"HTTP {status}",
+            error_class="HTTPStatus",
+            excerpt=excerpt,
+        )
+
+
+ADAPTER = HttpAdapter()

@@ -1,0 +1,182 @@
+"""Adapters: the HTTP adapter against a real local receiver, the log adapter, and the registry."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+
+import pytest
+
+from commands import adapters
+from commands.adapters.http import default_outlook, outlook_for
+from commands.retry import Outlook
+from tests.commands.sink import script
+
+
+@pytest.fixture
+def http_command(make_connector, make_command, sink):
+    def make(payload=None, **connector_fields):
+        connector_fields.setdefault("url", sink.url)
+        return make_command(make_connector(**connector_fields), payload or {"order": "A-1"})
+
+    return make
+
+
+def test_registry_finds_every_adapter_module():
+    assert sorted(adapters.registry()) == ["http", "log"]
+    assert [kind for kind, _ in adapters.kind_choices()] == ["http", "log"]
+
+
+def test_http_posts_the_payload_as_json_with_the_command_id_as_idempotency_key(http_command, sink):
+    command = http_command({"order": "A-1", "qty": 2}, headers={"X-Team": "ops"})
+    outcome = adapters.send(command)
+    assert outcome == adapters.Outcome(ok=True, status=200, excerpt='{"ok": true}')
+    [received] = sink.received
+    assert received.method == "POST"
+    assert received.json == {"order": "A-1", "qty": 2}
+    assert received.key == str(command.pk)
+    assert received.headers["Content-Type"] == "application/json"
+    assert received.headers["X-Team"] == "ops"
+
+
+def test_http_sends_the_credential_in_the_header_it_names(http_command, sink):
+    adapters.send(http_command(secret_header="Authorization", secret="Bearer s3cret"))
+    assert sink.received[0].headers["Authorization"] == "Bearer s3cret"
+
+
+@pytest.mark.parametrize(
+    ("status", "outlook"),
+    [
+        (500, Outlook.AGAIN),
+        (503, Outlook.AGAIN),
+        (408, Outlook.AGAIN),
+        (425, Outlook.AGAIN),
+        (429, Outlook.AGAIN),
+        (401, Outlook.AFTER_FIX),
+        (403, Outlook.AFTER_FIX),
+        (407, Outlook.AFTER_FIX),
+        (400, Outlook.NEVER),
+        (404, Outlook.NEVER),
+        (405, Outlook.NEVER),
+        (410, Outlook.NEVER),
+        (413, Outlook.NEVER),
+        (415, Outlook.NEVER),
+        (422, Outlook.NEVER),
+        (409, None),
+        (302, None),
+        (418, None),
+    ],
+)
+def test_http_default_outlook_by_status(http_command, sink, status, outlook):
+    sink.respond = script(status)
+    outcome = adapters.send(http_command())
+    assert (outcome.ok, outcome.status, outcome.outlook) == (False, status, outlook)
+    assert (outcome.error_class, outcome.detail) == ("HTTPStatus", f"HTTP {status}")
+
+
+def test_the_receivers_retry_outlook_header_wins_over_map_and_defaults(http_command, sink):
+    sink.respond = lambda request, nth: (503, {"Retry-Outlook": "never"})
+    assert adapters.send(http_command(status_map={"503": "after-fix"})).outlook == Outlook.NEVER
+
+
+def test_an_unknown_retry_outlook_header_falls_back_to_the_map(http_command, sink):
+    sink.respond = lambda request, nth: (503, {"Retry-Outlook": "maybe"})
+    assert adapters.send(http_command(status_map={"503": "after-fix"})).outlook == Outlook.AFTER_FIX
+
+
+def test_the_connectors_status_map_wins_over_the_defaults(http_command, sink):
+    sink.respond = script(409)
+    assert adapters.send(http_command(status_map={"409": "never"})).outlook == Outlook.NEVER
+
+
+def test_outlook_precedence_without_a_server():
+    assert outlook_for(500, " After-Fix ", {}) == Outlook.AFTER_FIX
+    assert outlook_for(500, None, {"500": "never"}) == Outlook.NEVER
+    assert outlook_for(500, None, {"500": "bogus"}) == Outlook.AGAIN
+    assert default_outlook(None) == Outlook.AGAIN
+
+
+def test_a_refused_connection_is_again_and_names_the_error(http_command):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens once the socket closes
+    outcome = adapters.send(http_command(url=f"http://127.0.0.1:{port}/"))
+    assert (outcome.ok, outcome.outlook, outcome.status) == (False, Outlook.AGAIN, None)
+    assert outcome.error_class == "NewConnectionError"
+
+
+def test_a_receiver_that_never_answers_times_out_as_again(http_command):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted = []
+    thread = threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        outcome = adapters.send(http_command(url=f"http://127.0.0.1:{port}/", read_timeout_s=0.2))
+    finally:
+        listener.close()
+        for conn, _ in accepted:
+            conn.close()
+    assert (outcome.ok, outcome.outlook, outcome.error_class) == (False, Outlook.AGAIN, "ReadTimeoutError")
+
+
+def test_a_large_response_keeps_only_a_bounded_excerpt(http_command, sink):
+    sink.respond = lambda request, nth: (500, {}, json.dumps({"error": "x" * 100_000}).encode())
+    outcome = adapters.send(http_command())
+    assert len(outcome.excerpt) == adapters.EXCERPT_CHARS
+    assert outcome.excerpt.startswith('{"error": "xxx')
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"url": ""}, "no URL"),
+        ({"url": "ftp://example.test/x"}, "the URL must be an absolute http:// or https:// URL"),
+        ({"url": "http://user:pw@127.0.0.1/"}, "the URL carries credentials; put them in the secret instead"),
+        ({"secret_header": "Authorization"}, "missing credential for the Authorization header"),
+        ({"enabled": False}, "the connector is disabled"),
+    ],
+)
+def test_a_configuration_problem_is_after_fix_and_nothing_is_sent(http_command, sink, fields, problem):
+    outcome = adapters.send(http_command(**fields))
+    assert outcome == adapters.Outcome(
+        ok=False, outlook=Outlook.AFTER_FIX, detail=problem, error_class="Configuration"
+    )
+    assert sink.received == []
+
+
+def test_an_adapter_that_raises_is_a_failure_with_no_outlook(http_command, monkeypatch):
+    def broken(command):
+        raise RuntimeError("bug in the adapter")
+
+    monkeypatch.setattr(adapters.registry()["http"], "send", broken)
+    outcome = adapters.send(http_command())
+    assert outcome == adapters.Outcome(
+        ok=False, outlook=None, detail="bug in the adapter", error_class="RuntimeError"
+    )
+
+
+def test_the_log_adapter_logs_the_command_without_its_payload_and_succeeds(
+    make_connector, make_command, caplog
+):
+    command = make_command(make_connector(kind="log"), {"card": "4111"})
+    with caplog.at_level(logging.INFO, logger="ankusa.connector"):
+        outcome = adapters.send(command)
+    assert outcome == adapters.Outcome(ok=True, detail="logged")
+    [record] = caplog.records
+    assert record.fields == {
+        "command": command.pk,
+        "tenant": command.tenant_id,
+        "connector": "receiver",
+        "size_bytes": 15,
+    }
+    assert "4111" not in caplog.text
+
+
+def test_an_unknown_kind_is_a_problem(make_connector):
+    connector = make_connector(kind="carrier-pigeon")
+    assert adapters.problems(connector) == ["unknown connector kind 'carrier-pigeon'"]

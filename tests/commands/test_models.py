@@ -1,0 +1,128 @@
+"""Models: conditional state moves, the sweep's due query, and a connector save waking after-fix commands."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from commands.models import Command, Source
+from commands.retry import Outlook, SkipReason
+from commands.states import Event, State
+from limits.models import Tenant
+
+
+def test_transition_moves_only_from_the_expected_state(make_connector, make_command):
+    command = make_command(make_connector())
+    now = timezone.now()
+    mine = Command.objects.filter(pk=command.pk)
+    assert mine.transition(State.APPROVED, Event.DISPATCH, now) == 1
+    assert mine.transition(State.APPROVED, Event.DISPATCH, now) == 0
+    command.refresh_from_db()
+    assert (command.state, command.state_changed_at) == (State.QUEUED, now)
+
+
+def test_transition_keeps_the_querysets_conditions_and_writes_the_changes(make_connector, make_command):
+    command = make_command(make_connector(), state=State.QUEUED, attempts=1)
+    now = timezone.now()
+    assert Command.objects.filter(pk=command.pk, attempts=0).transition(State.QUEUED, Event.START, now) == 0
+    assert (
+        Command.objects.filter(pk=command.pk, attempts=1).transition(
+            State.QUEUED, Event.START, now, attempts=2
+        )
+        == 1
+    )
+    command.refresh_from_db()
+    assert (command.state, command.attempts) == (State.DISPATCHING, 2)
+
+
+def test_transition_refuses_a_move_the_table_does_not_have(make_connector, make_command):
+    make_command(make_connector(), state=State.SUCCEEDED)
+    with pytest.raises(ValueError, match="no transition from 'succeeded' on 'dispatch'"):
+        Command.objects.transition(State.SUCCEEDED, Event.DISPATCH, timezone.now())
+
+
+def test_due_is_approved_or_failed_not_parked_and_due_by_now(make_connector, make_command):
+    connector, now = make_connector(), timezone.now()
+    due = [
+        make_command(connector),
+        make_command(connector, state=State.FAILED, next_attempt_at=now),
+        make_command(connector, state=State.FAILED, skip_reason=SkipReason.BACKING_OFF, next_attempt_at=now),
+    ]
+    for state in (State.DRAFT, State.QUEUED, State.DISPATCHING, State.SUCCEEDED, State.CANCELLED):
+        make_command(connector, state=state)
+    make_command(connector, state=State.FAILED, next_attempt_at=now + timedelta(seconds=1))
+    for reason in (
+        SkipReason.NEVER,
+        SkipReason.ATTEMPTS_SPENT,
+        SkipReason.OUTLOOK_UNKNOWN,
+        SkipReason.NOT_IDEMPOTENT,
+    ):
+        make_command(connector, state=State.FAILED, skip_reason=reason)
+    assert list(Command.objects.due(now).order_by("id")) == due
+
+
+def test_saving_a_connector_makes_its_after_fix_commands_due_at_once(make_connector, make_command):
+    connector, other = make_connector(), make_connector("other")
+    later = timezone.now() + timedelta(minutes=10)
+    waiting = make_command(
+        connector,
+        state=State.FAILED,
+        last_outlook=Outlook.AFTER_FIX,
+        attempts=2,
+        next_attempt_at=later,
+        skip_reason=SkipReason.NOT_IDEMPOTENT,
+    )
+    again = make_command(
+        connector, state=State.FAILED, last_outlook=Outlook.AGAIN, attempts=1, next_attempt_at=later
+    )
+    elsewhere = make_command(
+        other, state=State.FAILED, last_outlook=Outlook.AFTER_FIX, attempts=1, next_attempt_at=later
+    )
+    connector.secret = "Bearer fixed"
+    connector.save()
+    waiting.refresh_from_db(), again.refresh_from_db(), elsewhere.refresh_from_db()
+    assert waiting.next_attempt_at <= timezone.now() and waiting.skip_reason == ""
+    assert (again.next_attempt_at, elsewhere.next_attempt_at) == (later, later)
+    assert list(Command.objects.due(timezone.now())) == [waiting]
+
+
+def test_a_command_must_use_its_own_tenants_connector_and_source(make_connector, tenant):
+    stranger = Tenant.objects.create(slug="other", name="Other")
+    command = Command(tenant=stranger, connector=make_connector())
+    with pytest.raises(ValidationError, match="another tenant"):
+        command.clean()
+    command = Command(
+        tenant=tenant, connector=make_connector("x"), source=Source.objects.create(tenant=stranger, slug="s")
+    )
+    with pytest.raises(ValidationError, match="The source belongs to another tenant"):
+        command.clean()
+
+
+def test_a_source_starts_its_commands_as_drafts_only_when_they_need_approval(tenant):
+    assert Source(tenant=tenant, slug="a", needs_approval=True).initial_state == State.DRAFT
+    assert Source(tenant=tenant, slug="b").initial_state == State.APPROVED
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("headers", ["X"], "Headers must be a JSON object of strings"),
+        ("headers", {"X": 1}, "Headers must be a JSON object of strings"),
+        ("headers", {"X Bad": "1"}, "is not a valid HTTP header name"),
+        ("headers", {"X-Note": "a\r\nInjected: 1"}, "must be on one line"),
+        ("headers", {"authorization": "Bearer x"}, "carries a credential: put it in the secret"),
+        ("secret_header", "Author ization", "is not a valid HTTP header name"),
+        ("status_map", {"abc": "never"}, "is not an HTTP status code"),
+        ("status_map", {"503": "soon"}, "is not an outlook"),
+        ("url", "ftp://example.test/", "Enter a valid URL"),
+        ("read_timeout_s", 295.0, "must stay under the queue's visibility timeout"),
+    ],
+)
+def test_connector_configuration_is_validated(make_connector, field, value, message):
+    connector = make_connector()
+    setattr(connector, field, value)
+    with pytest.raises(ValidationError, match=message):
+        connector.full_clean()
