@@ -119,14 +119,13 @@ def make_commands(connector: Connector, n: int) -> None:
 
 
 def through_the_loop(connector: Connector, n: int) -> float:
-    """Commands/s from approved to succeeded: sweep, then drain, timed together."""
+    """Commands/s from approved to succeeded: one round of the loop (recover, sweep, drain)."""
     make_commands(connector, n)
     # One connector, so the per-connector cap is lifted to the pool size: the same concurrency as raw.
     concurrency = settings.ANKUSA_DISPATCH_CONCURRENCY
     started = time.perf_counter()
     with dispatch.Dispatcher(per_connector=concurrency) as dispatcher:
-        dispatch.sweep(queue=dispatcher.queue)
-        dispatcher.drain()
+        dispatch.run_round(dispatcher)
     elapsed = time.perf_counter() - started
     done = Command.objects.filter(connector=connector, state=State.SUCCEEDED).count()
     if done != n:
