@@ -56,6 +56,9 @@ WORKER_LOST = "WorkerLost"
 WORKER_LOST_DETAIL = "the dispatch worker stopped during the send; whether it went out is unknown"
 # How long the consume loop waits for a send to finish before it looks at the stop flag again.
 POLL_S = 0.2
+# Claimed sends a dispatcher holds, and claims at a time, in pools (ANKUSA_DISPATCH_CONCURRENCY).
+HELD_POOLS = 4
+CLAIM_POOLS = 2
 # How often a drain fed by the round's sweep looks for items again when it finds none: a sweep
 # batch takes about as long to decide and commit.
 FEED_POLL_S = 0.01
@@ -414,12 +417,12 @@ class _Starts:
     A sender that asks while fewer than ``at_once`` statements are on their way makes one at
     once, for itself; a sender that asks meanwhile waits, and when a statement is done the first
     of those waiting makes the next one, for all of them. A start is asked for only by a sender
-    about to send, so what a statement starts goes out at once. More than one statement at a
-    time, because each waits for its commit (milliseconds on a busy disk) and one at a time would
-    cap the whole loop at a batch per commit.
+    about to send, so what a statement starts goes out at once. Two statements at a time, because
+    each waits for its commit (milliseconds on a busy disk) and one at a time would cap the loop at
+    a batch per commit; more would make more, smaller statements, and each costs CPU.
     """
 
-    at_once = 4
+    at_once = 2
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -493,7 +496,7 @@ class _Senders:
         self.in_flight: Counter[int] = Counter()
         self.halted = False  # the dispatcher stops: take nothing more
         self.closing = False
-        self.low_water = size
+        self.low_water = (HELD_POOLS - CLAIM_POOLS - 1) * size  # below this, there is room to claim
         self.threads = [
             threading.Thread(target=self._run, name=f"send-{n}", daemon=True) for n in range(size)
         ]
@@ -719,14 +722,16 @@ class Dispatcher:
                 held = senders.in_flight.total() + waiting
             if back:
                 self.queue.unclaim(*(entry.item for entry in back))
-            # Hold up to three pools' worth: sends in flight, a pool waiting for a free thread, and
-            # room for the next claim while they go out, so a sender never waits for a claim;
-            # claim a pool's worth at a time, so claims come in batches rather than one per
-            # finished send. An item waits at most a few sends — far inside the visibility timeout.
-            room = 3 * self.concurrency - held
+            # Hold up to four pools' worth (sends in flight and claimed sends waiting for a thread)
+            # and claim two at a time once there is room for them, while a pool still waits: a
+            # sender never waits for a claim, and each claim (two round trips, and the loading of
+            # its commands) is shared by many sends. An item waits a few sends at most, far inside
+            # the visibility timeout.
+            room = HELD_POOLS * self.concurrency - held
             if max_items is not None:
                 room = min(room, max_items - summary.claimed)
-            if not stopping and not exhausted and room > 0 and (room >= self.concurrency or not waiting):
+            claim_at = CLAIM_POOLS * self.concurrency
+            if not stopping and not exhausted and room > 0 and (room >= claim_at or not waiting):
                 want = min(self.batch, room)
                 # Read before the claim: once it is set, everything fed is committed and claimable.
                 fed = fed_until is None or fed_until.is_set()

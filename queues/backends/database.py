@@ -85,12 +85,18 @@ RETURNING id
 DONE_ANY_CLAIM_SQL = (
     f"DELETE FROM {TABLE} WHERE id IN ({{ids}}) AND queue = %s AND state = 'busy' RETURNING id"
 )
-ENQUEUE_SQL = f"""
-INSERT INTO {TABLE}
-    (queue, state, position, payload, enqueued_at, claims, requeue_count, fail_count, last_error)
-VALUES {{rows}}
+ENQUEUE_COLUMNS = (
+    "(queue, state, position, payload, enqueued_at, claims, requeue_count, fail_count, last_error)"
+)
+# PostgreSQL takes the payloads as one JSON array, split by the server: one parameter whatever the
+# count, where a VALUES row each would cost the driver four parameters to quote in Python.
+ENQUEUE_SQL_POSTGRESQL = f"""
+INSERT INTO {TABLE} {ENQUEUE_COLUMNS}
+SELECT %s, 'main', %s + p.number - 1, p.payload, %s, 0, 0, 0, ''
+FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(payload, number)
 RETURNING id, position
 """
+ENQUEUE_SQL = f"INSERT INTO {TABLE} {ENQUEUE_COLUMNS} VALUES {{rows}} RETURNING id, position"
 ENQUEUE_ROW = "(%s, 'main', %s, %s, %s, 0, 0, 0, '')"
 
 ORDER = {"main": ("position", "id"), "busy": ("claimed_at", "id"), "failed": ("failed_at", "id")}
@@ -139,18 +145,25 @@ class DatabaseFIFO(ReliableFIFO):
             return []
         connection = connections[self.using]
         stamp = connection.ops.adapt_datetimefield_value(self.clock())
-        ids: list[int] = []
         with self._atomic(), connection.cursor() as cursor:
             start = self._tail()
-            for offset in range(0, len(encoded), BATCH):
-                chunk = encoded[offset : offset + BATCH]
-                params = chain.from_iterable(
-                    (self.name, position, text, stamp) for position, text in enumerate(chunk, start + offset)
-                )
-                cursor.execute(ENQUEUE_SQL.format(rows=", ".join([ENQUEUE_ROW] * len(chunk))), list(params))
-                # RETURNING promises no order; the positions give it back.
-                ids.extend(pk for pk, _ in sorted(cursor.fetchall(), key=lambda row: row[1]))
-        return ids
+            if connection.vendor == "postgresql":
+                cursor.execute(ENQUEUE_SQL_POSTGRESQL, [self.name, start, stamp, f"[{','.join(encoded)}]"])
+                rows = cursor.fetchall()
+            else:
+                rows = []
+                for offset in range(0, len(encoded), BATCH):
+                    chunk = encoded[offset : offset + BATCH]
+                    params = chain.from_iterable(
+                        (self.name, position, text, stamp)
+                        for position, text in enumerate(chunk, start + offset)
+                    )
+                    cursor.execute(
+                        ENQUEUE_SQL.format(rows=", ".join([ENQUEUE_ROW] * len(chunk))), list(params)
+                    )
+                    rows += cursor.fetchall()
+        # RETURNING promises no order; the positions give it back.
+        return [pk for pk, _ in sorted(rows, key=lambda row: row[1])]
 
     # --- consumers ----------------------------------------------------------------------------------
 

@@ -185,6 +185,37 @@ def test_done_after_expiry_and_a_new_claim_is_a_noop_that_reports_it(queue, cloc
     assert queue.length("busy") == 0
 
 
+def test_a_stale_item_in_a_batch_done_is_skipped_and_the_rest_finish(queue, clock, queue_log):
+    queue.enqueue("stale", "a", "b")
+    (stale,) = queue.claim()
+    clock.advance(minutes=10)
+    queue.handle_expired(timedelta(minutes=5))
+    fresh = queue.claim(3)  # the stale item again (at the tail), then a and b
+    assert [item.payload for item in fresh] == ["a", "b", "stale"]
+    assert queue.done(stale, fresh[0], fresh[1]) == 2
+    assert queue.peek("busy", 5) == [fresh[2]]
+    assert lost_claims(queue_log) == [{"queue": "jobs", "operation": "done", "skipped": 1, "ids": [stale.id]}]
+
+
+def test_done_takes_items_and_bare_ids_together(queue):
+    queue.enqueue("a", "b", "c")
+    a, b, c = queue.claim(3)
+    assert queue.done(a, b.id, 10**9) == 2
+    assert queue.peek("busy", 5) == [c]
+
+
+def test_done_of_more_items_than_one_statement_carries_finishes_every_held_one(queue, clock):
+    ids = queue.enqueue(*range(2100))
+    first = queue.claim(1)
+    clock.advance(minutes=10)
+    queue.handle_expired(timedelta(minutes=5))  # the first item goes to the tail, its claim stale
+    items = queue.claim(2100)
+    assert [item.payload for item in items] == [*range(1, 2100), 0]
+    assert queue.done(*first, *items) == 2100
+    assert (queue.length("main"), queue.length("busy")) == (0, 0)
+    assert sorted(item.id for item in items) == ids
+
+
 def test_done_and_claim_finishes_items_and_claims_the_next_in_order(queue, queue_log):
     queue.enqueue("a", "b", "c", "d")
     first = queue.claim(2)

@@ -1,0 +1,207 @@
+"""The dispatch loop's hand-written statements and how its threads share them: starts of several
+sends in one conditional UPDATE, outcomes recorded in plain SQL, and a round whose sweep runs
+beside its drain."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connections
+
+from commands import adapters, dispatch
+from commands.models import Attempt, Command
+from commands.retry import Outlook
+from commands.states import Event, State
+from queues.fifo import get_queue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 9, 2, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def queue(db):
+    q = get_queue(dispatch.QUEUE_NAME)
+    q.flush()
+    return q
+
+
+def states(*commands: Command) -> list[tuple[str, int]]:
+    return [
+        (c.state, c.attempts) for c in Command.objects.filter(pk__in=[c.pk for c in commands]).order_by("pk")
+    ]
+
+
+def test_start_sends_wins_only_commands_still_queued_at_the_attempt_before(make_connector, make_command):
+    connector = make_connector()
+    fresh, retried, moved_on, elsewhere = (make_command(connector, state=State.QUEUED) for _ in range(4))
+    Command.objects.filter(pk=retried.pk).update(attempts=2)
+    Command.objects.filter(pk=moved_on.pk).update(attempts=1)  # another worker started attempt 1
+    Command.objects.filter(pk=elsewhere.pk).update(state=State.SUCCEEDED)
+    wanted = [(fresh.pk, 1), (retried.pk, 3), (moved_on.pk, 1), (elsewhere.pk, 1)]
+    assert dispatch.start_sends(wanted, T0) == {(fresh.pk, 1), (retried.pk, 3)}
+    assert states(fresh, retried, moved_on, elsewhere) == [
+        (State.DISPATCHING, 1),
+        (State.DISPATCHING, 3),
+        (State.QUEUED, 1),
+        (State.SUCCEEDED, 0),
+    ]
+    assert Command.objects.get(pk=fresh.pk).state_changed_at == T0
+
+
+def test_two_entries_for_one_attempt_in_one_start_win_once(make_connector, make_command):
+    command = make_command(make_connector(), state=State.QUEUED)
+    assert dispatch.start_sends([(command.pk, 1), (command.pk, 1), (command.pk, 2)], T0) == {(command.pk, 1)}
+    assert states(command) == [(State.DISPATCHING, 1)]
+
+
+def entry(command: Command, attempt: int = 1) -> dispatch._Entry:
+    return dispatch._Entry(item=None, command=command, attempt=attempt)
+
+
+def test_starts_asked_at_once_share_statements_and_each_sender_learns_its_own(
+    make_connector, make_command, monkeypatch
+):
+    connector = make_connector()
+    commands = [make_command(connector, state=State.QUEUED) for _ in range(12)]
+    starts = dispatch._Starts()
+    asks = [entry(c) for c in commands] + [entry(commands[0])]  # the last one is a duplicate item
+    statements = []
+    real = dispatch.start_sends
+
+    def counted(wanted, now):
+        statements.append(len(wanted))
+        # The first statements wait until every other sender has asked, as they would behind a
+        # slow commit, so the asks that come meanwhile have to share the next statements.
+        deadline = time.monotonic() + 10
+        while len(statements) <= starts.at_once and len(starts.asked) < len(asks) - starts.at_once:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        return real(wanted, now)
+
+    monkeypatch.setattr(dispatch, "start_sends", counted)
+    won: dict[int, bool] = {}
+
+    def ask(number: int) -> None:
+        try:
+            won[number] = starts.start(asks[number], T0)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(len(asks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(statements) == len(asks)
+    assert len(statements) <= 2 * starts.at_once
+    assert [won[n] for n in range(1, 12)] == [True] * 11
+    assert sorted([won[0], won[12]]) == [False, True]  # of the two items for one attempt, one sends
+    assert (starts.running, starts.asked) == (0, [])
+    assert Command.objects.filter(state=State.DISPATCHING, attempts=1).count() == 12
+
+
+def test_a_start_that_fails_wins_nothing_and_lets_the_next_asker_lead(
+    make_connector, make_command, monkeypatch
+):
+    command = make_command(make_connector(), state=State.QUEUED)
+
+    def broken(wanted, now):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(dispatch, "start_sends", broken)
+    starts = dispatch._Starts()
+    assert starts.start(entry(command), T0) is False
+    monkeypatch.undo()
+    assert starts.start(entry(command), T0) is True
+    assert states(command) == [(State.DISPATCHING, 1)]
+
+
+def test_finish_sends_moves_only_commands_dispatching_that_attempt(make_connector, make_command):
+    connector = make_connector()
+    current, recovered = (make_command(connector, state=State.DISPATCHING, attempts=2) for _ in range(2))
+    Command.objects.filter(pk=recovered.pk).update(state=State.FAILED)
+    changes = {"last_outlook": Outlook.AGAIN, "last_error": "HTTP 503", "skip_decided_at": T0}
+    assert dispatch.finish_sends([current.pk, recovered.pk], 2, Event.FAIL, T0, changes) == 1
+    assert dispatch.finish_sends([current.pk], 2, Event.FAIL, T0, changes) == 0
+    row = Command.objects.get(pk=current.pk)
+    assert (row.state, row.last_outlook, row.last_error, row.skip_decided_at, row.state_changed_at) == (
+        State.FAILED,
+        Outlook.AGAIN,
+        "HTTP 503",
+        T0,
+        T0,
+    )
+
+
+def test_insert_attempts_writes_complete_rows_and_the_model_defaults(make_connector, make_command):
+    connector = make_connector()
+    ok, failed = make_command(connector), make_command(connector)
+    finished = T0 + timedelta(milliseconds=1500)
+    dispatch.insert_attempts(
+        [
+            dispatch.Sent(
+                ok, 1, T0, finished, adapters.Outcome(ok=True, status=200, excerpt='{"é": "\\"x\\""}')
+            ),
+            dispatch.Sent(
+                failed,
+                3,
+                T0,
+                finished,
+                adapters.Outcome(
+                    ok=False, outlook=Outlook.NEVER, status=404, detail="HTTP 404", error_class="HTTPStatus"
+                ),
+            ),
+        ]
+    )
+    rows = Attempt.objects.order_by("command_id").values(
+        "command_id", "number", "started_at", "finished_at", "ok", "outlook", "status_code", "error_class",
+        "error_message", "response_excerpt", "manual", "manual_by",
+    )  # fmt: skip
+    assert list(rows) == [
+        {
+            "command_id": ok.pk, "number": 1, "started_at": T0, "finished_at": finished, "ok": True,
+            "outlook": "", "status_code": 200, "error_class": "", "error_message": "",
+            "response_excerpt": '{"é": "\\"x\\""}', "manual": False, "manual_by": None,
+        },
+        {
+            "command_id": failed.pk, "number": 3, "started_at": T0, "finished_at": finished, "ok": False,
+            "outlook": Outlook.NEVER, "status_code": 404, "error_class": "HTTPStatus",
+            "error_message": "HTTP 404", "response_excerpt": "", "manual": False, "manual_by": None,
+        },
+    ]  # fmt: skip
+
+
+def test_a_drain_fed_by_a_sweep_waits_for_items_queued_after_it_began(
+    make_connector, make_command, queue, sink
+):
+    connector = make_connector(url=sink.url)
+    fed = threading.Event()
+    with dispatch.Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
+        result = []
+        drainer = threading.Thread(
+            target=lambda: (result.append(dispatcher.drain(fed_until=fed)), connections.close_all())
+        )
+        drainer.start()
+        drainer.join(0.3)
+        assert drainer.is_alive()  # an empty queue does not end it while it is fed
+        commands = [make_command(connector) for _ in range(3)]
+        dispatch.sweep(queue=queue)
+        fed.set()
+        drainer.join(30)
+    assert result[0].results == {"succeeded": 3}
+    assert sink.counts == {str(c.pk): 1 for c in commands}
+
+
+def test_a_round_whose_sweep_fails_raises_after_its_drain(make_connector, make_command, queue, monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("sweep broke")
+
+    monkeypatch.setattr(dispatch, "sweep", broken)
+    with dispatch.Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
+        with pytest.raises(RuntimeError, match="sweep broke"):
+            dispatch.run_round(dispatcher)
