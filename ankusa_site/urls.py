@@ -1,10 +1,11 @@
 from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views import defaults
 
 from ankusa_site import health
 from ankusa_site.api import error, wants_json
+from commands.hooks import receive
 from commands.views import demo_receiver
 
 admin.site.site_header = "Ankusa"
@@ -19,11 +20,20 @@ urlpatterns = [
     path("api/v1/", include("limits.api_urls")),
     path("api/v1/", include("queues.api_urls")),
     path("api/v1/", include("commands.api_urls")),
+    # Providers' webhooks. The trailing slash is optional: a POST redirected to add it would lose
+    # its body, and providers are configured by people who may leave it out.
+    re_path(r"^hooks/(?P<tenant>[^/]+)/(?P<source>[^/]+)/?$", receive, name="hook"),
 ]
 
 if settings.DEBUG:
     # The receiver of the demo's http connector (manage.py demo); never part of a production site.
     urlpatterns.append(path("demo/receiver/", demo_receiver, name="demo-receiver"))
+
+
+def handler400(request, exception=None):
+    if wants_json(request):
+        return error("bad_request", "The request was refused as malformed.", 400)
+    return defaults.bad_request(request, exception)
 
 
 def handler404(request, exception=None):
