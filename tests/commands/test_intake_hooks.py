@@ -18,7 +18,7 @@ from limits import admission
 from limits.models import Tenant
 from limits.store import Ok, forget_store
 from queues.fifo import get_queue
-from tests.commands.conftest import HOOK_SECRET, github_headers
+from tests.commands.conftest import HOOK_SECRET
 
 NOW = datetime(2027, 3, 1, 12, 0, tzinfo=UTC)
 
