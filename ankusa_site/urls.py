@@ -1,6 +1,6 @@
 from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path, re_path
+from django.urls import include, path
 from django.views import defaults
 
 from ankusa_site import health
@@ -20,9 +20,10 @@ urlpatterns = [
     path("api/v1/", include("limits.api_urls")),
     path("api/v1/", include("queues.api_urls")),
     path("api/v1/", include("commands.api_urls")),
-    # Providers' webhooks. The trailing slash is optional: a POST redirected to add it would lose
+    # Providers' webhooks. Also without the trailing slash: a POST redirected to add it would lose
     # its body, and providers are configured by people who may leave it out.
-    re_path(r"^hooks/(?P<tenant>[^/]+)/(?P<source>[^/]+)/?$", receive, name="hook"),
+    path("hooks/<str:tenant>/<str:source>/", receive, name="hook"),
+    path("hooks/<str:tenant>/<str:source>", receive),
 ]
 
 if settings.DEBUG:

@@ -226,7 +226,8 @@ class Source(models.Model):
             self.build_verifier()
         except signatures.VerifierConfigError as exc:
             column = VERIFIER_FIELDS[exc.field.split(".")[0].split("[")[0]]
-            errors[column] = str(exc)  # "secrets[1]: must be base64 ..." names the entry, never its value
+            if column != "verifier":  # an unknown kind is already refused by the field's choices
+                errors[column] = str(exc)  # "secrets[1]: must be base64 ..." names the entry, never its value
         try:
             event_keys.resolve(self.dedupe_key)
         except event_keys.EventKeyConfigError as exc:
@@ -273,10 +274,10 @@ class Delivery(models.Model):
         constraints = [
             # The last guard against a duplicate: two nodes can never both store one event, whatever
             # the claim store answered. Partial, so deliveries of a source that does not dedupe
-            # (empty key) never collide. Also serves the lookup of the stored original after a
-            # refused insert, and a tenant's / a source's deliveries.
+            # (empty key) never collide. The key leads, so the index also serves the lookup of the
+            # stored original after a refused insert and the admin's search by event id.
             models.UniqueConstraint(
-                fields=["tenant", "source", "event_key"],
+                fields=["event_key", "tenant", "source"],
                 condition=~Q(event_key=""),
                 name="commands_delivery_unique_event",
             ),
