@@ -226,6 +226,13 @@ ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 4, mini
 ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)
 ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minimum=0.01)
 
+# --- intake (DESIGN.md § Flow) -------------------------------------------------------------------
+
+# How long a node keeps a webhook source's configuration (verifier, connectors, the tenant's limits)
+# before reading it again: a second saves two or three queries per webhook under load, and an edit
+# in the admin reaches every node within it. 0 reads it for every request.
+ANKUSA_INTAKE_CACHE_S = env_float("ANKUSA_INTAKE_CACHE_S", 1.0, minimum=0)
+
 # --- Celery (optional: `manage.py dispatch` needs none of it) ------------------------------------
 
 CELERY_BROKER_URL = env_redis_url("CELERY_BROKER_URL", REDIS_URL)

@@ -35,6 +35,7 @@ The module ends with what both endpoints share at the HTTP level: reading a body
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ankusa_site.logs import log_event
@@ -210,7 +211,7 @@ def _store(arrival: Arrival, now: datetime, committed: list) -> tuple[int, list[
     with transaction.atomic():
         delivery = None
         if arrival.is_webhook:
-            delivery = Delivery.objects.create(
+            delivery = Delivery(
                 tenant=arrival.tenant,
                 source=arrival.source,
                 event_key=arrival.dedupe_key or "",
@@ -219,22 +220,22 @@ def _store(arrival: Arrival, now: datetime, committed: list) -> tuple[int, list[
                 size=arrival.size,
                 received_at=now,
             )
+            insert([delivery])
         born = [_birth(state, idempotent, now) for _, idempotent in arrival.connectors]
-        commands = Command.objects.bulk_create(
-            [
-                Command(
-                    tenant=arrival.tenant,
-                    connector_id=connector_id,
-                    source=arrival.source,
-                    delivery=delivery,
-                    idempotency_key=arrival.dedupe_key or "",
-                    payload=arrival.payload,
-                    created_at=now,
-                    **fields,
-                )
-                for (connector_id, _), (fields, _) in zip(arrival.connectors, born, strict=True)
-            ]
-        )
+        commands = [
+            Command(
+                tenant=arrival.tenant,
+                connector_id=connector_id,
+                source=arrival.source,
+                delivery=delivery,
+                idempotency_key=arrival.dedupe_key or "",
+                payload=arrival.payload,
+                created_at=now,
+                **fields,
+            )
+            for (connector_id, _), (fields, _) in zip(arrival.connectors, born, strict=True)
+        ]
+        insert(commands)
         record_id = delivery.pk if delivery is not None else commands[0].pk
         # Runs first among the commit callbacks: an exception from a later one (the Redis queue's
         # write) then still tells that the rows are stored.
@@ -248,6 +249,41 @@ def _store(arrival: Arrival, now: datetime, committed: list) -> tuple[int, list[
             ],
         )
     return record_id, commands
+
+
+@functools.cache
+def _insert_statement(model, rows: int, vendor: str) -> tuple[list, str]:
+    fields = [field for field in model._meta.concrete_fields if not field.primary_key]
+    quote = connection.ops.quote_name
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES {', '.join([row] * rows)} RETURNING {quote(model._meta.pk.column)}"
+    )
+    return fields, sql
+
+
+def insert(objects: list) -> None:
+    """``bulk_create`` for the intake's hot path: one ``INSERT … RETURNING`` of new instances of one
+    model (defaults already set by their constructor), whose ids it sets.
+
+    The statement is built once per model and row count instead of by the ORM's compiler on every
+    call, which costs more CPU than the database's own work (measured: about 0.5 ms a request on
+    the 2-core machine). PostgreSQL and SQLite (3.35+) both return the ids in the order inserted.
+    """
+    if not objects:
+        return
+    fields, sql = _insert_statement(type(objects[0]), len(objects), connection.vendor)
+    params = [
+        field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objects for field in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = [row[0] for row in cursor.fetchall()]
+    for obj, pk in zip(objects, ids, strict=True):
+        obj.pk = pk
+        obj._state.adding = False
+        obj._state.db = connection.alias
 
 
 def _birth(state: State, idempotent: bool, now: datetime) -> tuple[dict, int | None]:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from commands.hooks import forget_routes
 from commands.models import Command, Connector, Source
 from commands.signatures import build_verifier
 from limits.models import Tenant
@@ -51,10 +52,13 @@ HOOK_SECRET = "hook-secret-1"
 
 @pytest.fixture(autouse=True)
 def fresh_store():
-    """Each test starts with a new process-wide quota and claim store: no claim outlives its test."""
+    """Each test starts with a new process-wide quota and claim store and no kept source
+    configuration: no claim or cached row outlives its test."""
     forget_store()
+    forget_routes()
     yield
     forget_store()
+    forget_routes()
 
 
 @pytest.fixture
