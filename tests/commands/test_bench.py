@@ -1,4 +1,5 @@
-"""``bench/dispatch.py --quick`` still runs and ends with its JSON line (a smoke test, not a measurement)."""
+"""``bench/dispatch.py --quick`` and ``bench/intake.py --quick`` still run and end with their JSON line
+(smoke tests, not measurements)."""
 
 import json
 import os
@@ -27,3 +28,22 @@ def test_the_dispatch_benchmark_runs_in_quick_mode_and_loses_nothing(service_env
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert (figures["lost"], figures["double_sent"], figures["quick"]) == (0, 0, True)
     assert figures["dispatch_vs_raw_http"] > 0
+
+
+def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
+    env = {**service_env, "DJANGO_SETTINGS_MODULE": "ankusa_site.settings"}
+    env["DATABASE_URL"] = os.environ.get("DATABASE_URL", "")  # PostgreSQL when the run has one
+    result = subprocess.run(
+        [sys.executable, "bench/intake.py", "--quick"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (figures["accepted_not_stored"], figures["non_2xx"], figures["quick"]) == (0, 0, True)
+    assert figures["intake_vs_bare_view_sqlite"] > 0
+    if env["DATABASE_URL"].startswith("postgres"):
+        assert figures["intake_vs_bare_view"] > 0
