@@ -248,6 +248,11 @@ CELERY_BEAT_SCHEDULE = {
     "commands-recover": {"task": "commands.recover", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
 }
 
+# --- metrics ----------------------------------------------------------------------------------
+
+# /metrics answers loopback, and anyone presenting this token as "Authorization: Bearer <token>".
+ANKUSA_METRICS_TOKEN = env_str("ANKUSA_METRICS_TOKEN", "")
+
 # --- logs ---------------------------------------------------------------------------------------
 
 ANKUSA_LOG_FORMAT = env_choice("ANKUSA_LOG_FORMAT", "text", ("text", "json"))

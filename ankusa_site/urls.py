@@ -5,6 +5,7 @@ from django.views import defaults
 
 from ankusa_site import health
 from ankusa_site.api import error, wants_json
+from ankusa_site.metrics import metrics_view
 from commands.hooks import receive
 from commands.views import demo_receiver
 
@@ -15,6 +16,7 @@ admin.site.index_title = "Operations"
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     # Each app owns its REST endpoints in <app>/api_urls.py.
     path("api/v1/", include("limits.api_urls")),
