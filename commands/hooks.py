@@ -44,6 +44,7 @@ logger = logging.getLogger("ankusa.intake")
 
 
 @csrf_exempt
+@intake.measured("hooks")
 def receive(request, tenant: str, source: str):
     if request.method != "POST":
         return error(
@@ -60,7 +61,7 @@ def receive(request, tenant: str, source: str):
         return _refused(None, intake.Refusal(404, "not_found", "No such tenant or source."))
     found = route.source
 
-    body = intake.read_body(request, max_body_bytes(found.tenant))
+    body = intake.read_body(request, max_body_bytes(found.tenant), endpoint="hooks")
     if isinstance(body, intake.Refusal):
         return _refused(found, body)
     if route.verifier is None:

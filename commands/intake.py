@@ -29,8 +29,8 @@ command has its item on a Redis queue: that write follows the commit, and the di
 recovery gives an item to a ``queued`` command that has none.
 
 The module ends with what both endpoints share at the HTTP level: reading a body within a limit
-(``read_body``), strict JSON (``parse_json``) and one mapping from outcomes to answers
-(``refusal``).
+(``read_body``), strict JSON (``parse_json``), one mapping from outcomes to answers (``refusal``)
+and the Prometheus counters of every answer (``measured``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import json
 import logging
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,6 +48,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
+from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from commands import dispatch
 from commands.models import Command, Delivery, Source
@@ -387,12 +389,33 @@ def refusal(outcome: Outcome) -> Refusal | None:
     return None
 
 
-def read_body(request, limit: int) -> bytes | Refusal:
+def measured(endpoint: str):
+    """Count a front door's answers by status, the declared request size and the time to answer
+    (``ankusa_site.metrics``: ``ankusa_intake_*{endpoint=...}``)."""
+
+    def wrap(view):
+        @functools.wraps(view)
+        def counted(request, *args, **kwargs):
+            started = time.perf_counter()
+            response = view(request, *args, **kwargs)
+            metrics.INTAKE_RESPONSES.labels(endpoint=endpoint, status=str(response.status_code)).inc()
+            declared = request.META.get("CONTENT_LENGTH") or ""
+            if declared.isdigit():
+                metrics.INTAKE_REQUEST_BYTES.labels(endpoint=endpoint).observe(int(declared))
+            metrics.INTAKE_LATENCY.labels(endpoint=endpoint).observe(time.perf_counter() - started)
+            return response
+
+        return counted
+
+    return wrap
+
+
+def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
     """The request body, never reading more than ``limit`` + 1 bytes of it.
 
     A ``Content-Length`` over the limit is refused before anything is read. A chunked body (no
     ``Content-Length``; Django's own stream would read nothing) is read from the server's input
-    stream, only up to the limit.
+    stream, only up to the limit. What was read is counted in ``ankusa_intake_body_bytes``.
     """
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         stream = request.META["wsgi.input"]
@@ -411,6 +434,7 @@ def read_body(request, limit: int) -> bytes | Refusal:
         if int(declared) > limit:
             return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
         body = request.read(limit + 1)
+    metrics.INTAKE_BODY_BYTES.labels(endpoint=endpoint).observe(len(body))
     if len(body) > limit:
         return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
     return body

@@ -32,10 +32,11 @@ import logging
 
 from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ankusa_site.api import json_errors
 from ankusa_site.logs import log_event
 from commands import event_keys, intake
 from commands.models import Command, Connector
@@ -139,6 +140,7 @@ def _submitting_tenant(request, named: str | None) -> Tenant | intake.Refusal:
     return tenant
 
 
+@intake.measured("api")
 def submit(request) -> Response:
     """Admit, store and queue one command from a REST request (DRF ``Request``, authenticated)."""
     content_type = request.content_type.split(";")[0].strip().lower()
@@ -146,16 +148,17 @@ def submit(request) -> Response:
         return _answer(intake.Refusal(415, "unsupported_media_type", "Send Content-Type: application/json."))
     own = tenant_of(request.user)
     # Staff name their tenant inside the body: until it is read, the site's request cap applies.
-    body = intake.read_body(
-        request._request, max_body_bytes(own) if own else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    )
+    limit = max_body_bytes(own) if own else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    body = intake.read_body(request._request, limit, endpoint="api")
     if isinstance(body, intake.Refusal):
         return _answer(body, own)
     parsed = intake.parse_json(body)
     if isinstance(parsed, intake.Refusal):
         return _answer(parsed, own)
     data = CommandInput(data=parsed[0])
-    data.is_valid(raise_exception=True)
+    if not data.is_valid():
+        # The site's shape for validation errors (with "fields"), answered here so it is counted.
+        return json_errors(exceptions.ValidationError(data.errors), {})
     tenant = _submitting_tenant(request, data.validated_data.get("tenant"))
     if isinstance(tenant, intake.Refusal):
         return _answer(tenant, own)

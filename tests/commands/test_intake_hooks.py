@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 from django.db import connection
+from prometheus_client import REGISTRY
 
 from commands import dispatch
 from commands.models import Command, Delivery, Source
@@ -426,3 +427,22 @@ def test_a_commit_that_fails_at_commit_time_releases_the_claim_and_stores_nothin
     assert (refused.status_code, refused["Retry-After"]) == (503, "1")
     assert (Delivery.objects.count(), Command.objects.count(), len(queued_payloads())) == (0, 0, 0)
     assert post_hook(delivery="evt-1").status_code == 202
+
+
+def test_every_answer_is_counted_for_metrics_by_endpoint_and_status(hook_source, post_hook):
+    def count(status: str) -> float:
+        sample = REGISTRY.get_sample_value(
+            "ankusa_intake_responses_total", {"endpoint": "hooks", "status": status}
+        )
+        return sample or 0.0
+
+    def body_bytes() -> float:
+        return REGISTRY.get_sample_value("ankusa_intake_body_bytes_sum", {"endpoint": "hooks"}) or 0.0
+
+    before = {status: count(status) for status in ("202", "200", "401")}
+    read_before = body_bytes()
+    post_hook(b'{"order": 1}', "evt-1")
+    post_hook(b'{"order": 1}', "evt-1")
+    post_hook(b'{"order": 1}', "evt-2", secret="wrong")
+    assert {status: count(status) - before[status] for status in before} == {"202": 1, "200": 1, "401": 1}
+    assert body_bytes() - read_before == 3 * 12
