@@ -31,8 +31,15 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import exceptions, serializers
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -51,6 +58,7 @@ STAFF_PERMISSION = "commands.add_command"
 MAX_ID = 2**63 - 1
 
 
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "maxLength": 100}]})
 class ConnectorRef(serializers.Field):
     """A connector by id (a number) or by name (a string), resolved within the tenant later."""
 
@@ -91,13 +99,16 @@ class CommandInput(serializers.Serializer):
         return value
 
 
-COMMAND_FIELDS = {
-    "status": serializers.ChoiceField(choices=["accepted", "duplicate"]),
-    "id": serializers.IntegerField(),
-    "connector": serializers.IntegerField(),
-    "state": serializers.CharField(),
-    "created_at": serializers.DateTimeField(),
-}
+COMMAND_ANSWER = inline_serializer(
+    "CommandAnswer",
+    {
+        "status": serializers.ChoiceField(choices=["accepted", "duplicate"]),
+        "id": serializers.IntegerField(),
+        "connector": serializers.IntegerField(),
+        "state": serializers.CharField(),
+        "created_at": serializers.DateTimeField(),
+    },
+)
 ERROR = inline_serializer("Error", {"error": serializers.CharField(), "detail": serializers.CharField()})
 
 
@@ -214,6 +225,8 @@ def submit(request) -> Response:
 
 
 class CommandSubmitView(APIView):
+    parser_classes = [JSONParser]  # for the schema: submit() reads and parses the body itself
+
     @extend_schema(
         operation_id="commands_submit",
         request=CommandInput,
@@ -226,8 +239,8 @@ class CommandSubmitView(APIView):
             )
         ],
         responses={
-            202: inline_serializer("CommandAccepted", COMMAND_FIELDS),
-            200: inline_serializer("CommandDuplicate", COMMAND_FIELDS),
+            202: COMMAND_ANSWER,
+            200: COMMAND_ANSWER,
             **{
                 status: OpenApiResponse(ERROR)
                 for status in (400, 401, 403, 409, 410, 413, 415, 422, 429, 503)
