@@ -33,7 +33,6 @@ from django.http import JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from ankusa_site.api import error
 from ankusa_site.logs import log_event
 from commands import event_keys, intake, signatures
 from commands.models import KEPT_HEADERS, MAX_KEPT_HEADER_CHARS, Connector, Source
@@ -47,12 +46,8 @@ logger = logging.getLogger("ankusa.intake")
 @intake.measured("hooks")
 def receive(request, tenant: str, source: str):
     if request.method != "POST":
-        return error(
-            "method_not_allowed",
-            f"{request.method[:10]} is not allowed here; POST a webhook.",
-            405,
-            Allow="POST",
-        )
+        detail = f"{request.method[:10]} is not allowed here; POST a webhook."
+        return _refused(None, intake.Refusal(405, "method_not_allowed", detail, {"Allow": "POST"}))
     if not (intake.SLUG.match(tenant) and intake.SLUG.match(source)):
         return _refused(None, intake.Refusal(404, "not_found", "No such tenant or source."))
     now = timezone.now()

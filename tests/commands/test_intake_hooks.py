@@ -446,3 +446,15 @@ def test_every_answer_is_counted_for_metrics_by_endpoint_and_status(hook_source,
     post_hook(b'{"order": 1}', "evt-2", secret="wrong")
     assert {status: count(status) - before[status] for status in before} == {"202": 1, "200": 1, "401": 1}
     assert body_bytes() - read_before == 3 * 12
+
+
+def test_a_source_edit_reaches_the_node_once_its_kept_configuration_is_older_than_the_cache_time(
+    hook_source, post_hook, settings
+):
+    settings.ANKUSA_INTAKE_CACHE_S = 3600
+    assert post_hook(delivery="evt-1").status_code == 202
+    Source.objects.filter(pk=hook_source.pk).update(verifier_secrets=["rotated"])
+    assert post_hook(delivery="evt-2").status_code == 202  # the old secret, as kept
+    settings.ANKUSA_INTAKE_CACHE_S = 0
+    assert post_hook(delivery="evt-3").status_code == 401
+    assert post_hook(delivery="evt-3", secret="rotated").status_code == 202
