@@ -23,7 +23,7 @@ from django.db import connection
 from commands.models import Command, Delivery
 from limits.models import Tenant
 from tests.commands.conftest import github_headers
-from tests.limits.conftest import free_port, start_private_redis  # noqa: F401 - fixtures used below
+from tests.limits.conftest import free_port, silent_socket, start_private_redis  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -235,6 +235,26 @@ def test_with_redis_down_nodes_answer_from_local_state_and_the_database_refuses_
     assert (status, data) == (200, {"status": "duplicate", "id": Delivery.objects.get(event_key="cross").pk})
     assert Delivery.objects.filter(event_key="cross").count() == 1
     assert Command.objects.filter(delivery__event_key="cross").count() == 2
+
+
+def test_with_a_redis_that_never_answers_each_answer_waits_at_most_the_store_budget(
+    hook_source,
+    start_node,
+    silent_socket,  # noqa: F811
+):
+    env = {"ANKUSA_STORE_SCOPE": "fleet", "ANKUSA_STORE_TIMEOUT_MS": "50", "REDIS_URL": silent_socket}
+    node = start_node(workers=1, threads=2, **env)
+    timings, answers = [], []
+    for n in range(10):
+        started = time.monotonic()
+        answers.append(node.hook(f"hung-{n}")[0])
+        timings.append(time.monotonic() - started)
+    assert answers == [202] * 10
+    # The first calls each wait out the 50 ms budget, no more (redis-py's own socket timeout would
+    # be 2 s); after three failures the breaker answers from local state without asking.
+    assert all(seconds >= 0.045 for seconds in timings[:3]), timings
+    assert max(timings) < 1.0, timings
+    assert Delivery.objects.count() == 10
 
 
 def test_a_chunked_body_is_read_only_up_to_the_tenants_limit(hook_source, start_node):
