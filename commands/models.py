@@ -167,8 +167,9 @@ VERIFIER_LABELS = {
 }
 VERIFIER_CHOICES = [(kind, VERIFIER_LABELS[kind]) for kind in signatures.VERIFIERS]
 
-# Which part of a VerifierConfigError's field ("secrets[1]", "options.tolerance_s") is which column.
-VERIFIER_FIELDS = {"kind": "verifier", "secrets": "verifier_secrets", "options": "verifier_options"}
+# Which column a VerifierConfigError's field ("secrets[1]", "options.tolerance_s") is about. An
+# unknown "kind" is not here: the verifier field's choices refuse it already.
+VERIFIER_FIELDS = {"secrets": "verifier_secrets", "options": "verifier_options"}
 
 
 class Source(models.Model):
@@ -225,8 +226,8 @@ class Source(models.Model):
         try:
             self.build_verifier()
         except signatures.VerifierConfigError as exc:
-            column = VERIFIER_FIELDS[exc.field.split(".")[0].split("[")[0]]
-            if column != "verifier":  # an unknown kind is already refused by the field's choices
+            column = VERIFIER_FIELDS.get(exc.field.split(".")[0].split("[")[0])
+            if column is not None:
                 errors[column] = str(exc)  # "secrets[1]: must be base64 ..." names the entry, never its value
         try:
             event_keys.resolve(self.dedupe_key)
