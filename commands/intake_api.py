@@ -67,12 +67,7 @@ class ConnectorRef(serializers.Field):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int | str):
             self.fail("invalid")
-        if (
-            isinstance(data, int)
-            and not 1 <= data <= MAX_ID
-            or isinstance(data, str)
-            and not 0 < len(data) <= 100
-        ):
+        if not (1 <= data <= MAX_ID if isinstance(data, int) else 0 < len(data) <= 100):
             self.fail("invalid")
         return data
 
