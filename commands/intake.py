@@ -418,26 +418,35 @@ def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
     stream, only up to the limit. What was read is counted in ``ankusa_intake_body_bytes``.
     """
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
-        stream = request.META["wsgi.input"]
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = stream.read(min(64 * 1024, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        body = b"".join(chunks)
+        try:
+            body = _read_chunked(request.META["wsgi.input"], limit)
+        except Exception:  # each WSGI server has its own errors for a malformed or cut-off chunk
+            return Refusal(400, "bad_request", "The chunked body is malformed or was cut off.")
     else:
         declared = (request.META.get("CONTENT_LENGTH") or "0").strip()
         if not declared.isdigit():
             return Refusal(400, "bad_request", "Content-Length is not a whole number.")
         if int(declared) > limit:
             return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
-        body = request.read(limit + 1)
+        try:
+            body = request.read(limit + 1)
+        except OSError:  # Django's UnreadablePostError: the client went away mid-body
+            return Refusal(400, "bad_request", "The body was cut off.")
     metrics.INTAKE_BODY_BYTES.labels(endpoint=endpoint).observe(len(body))
     if len(body) > limit:
         return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
     return body
+
+
+def _read_chunked(stream, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = stream.read(min(64 * 1024, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 # Strings that PostgreSQL's jsonb (and text) cannot hold: NUL and lone surrogates ("\ud800").

@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -280,6 +281,31 @@ def test_a_chunked_body_is_read_only_up_to_the_tenants_limit(hook_source, start_
         {"error": "too_large", "detail": "The body is larger than this tenant's 1000 bytes."},
     )
     assert Delivery.objects.get().body == small.decode()
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [b"ZZ\r\n{}\r\n0\r\n\r\n", b"5\r\n{}\r\n"],  # a size that is not hex; a chunk cut short
+    ids=["bad-size", "cut-off"],
+)
+def test_a_malformed_chunked_body_is_a_400_json_and_stores_nothing(hook_source, start_node, chunks):
+    node = start_node(workers=1, threads=2)
+    head = (
+        "POST /hooks/acme/orders/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n"
+        + "".join(f"{name}: {value}\r\n" for name, value in github_headers(b"{}", "evt-1").items())
+        + "\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", node.port), timeout=30) as sock:
+        sock.sendall(head.encode() + chunks)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while data := sock.recv(65536):
+            answer += data
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"400", answer
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"] == "bad_request"
+    assert Delivery.objects.count() == 0
 
 
 def test_headers_too_large_for_the_server_are_refused_before_django_with_a_4xx(hook_source, start_node):
