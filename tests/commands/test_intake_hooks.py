@@ -462,5 +462,8 @@ def test_a_source_edit_reaches_the_node_once_its_kept_configuration_is_older_tha
 
 def test_a_host_the_site_does_not_serve_is_a_400_json(hook_source, post_hook):
     status, data = answer(post_hook(HTTP_HOST="attacker.example"))
-    assert (status, data) == (400, {"error": "bad_request", "detail": "The request was refused as malformed."})
+    assert (status, data) == (
+        400,
+        {"error": "bad_request", "detail": "The request was refused as malformed."},
+    )
     assert Delivery.objects.count() == 0
