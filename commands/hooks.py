@@ -48,7 +48,7 @@ def receive(request, tenant: str, source: str):
     if request.method != "POST":
         detail = f"{request.method[:10]} is not allowed here; POST a webhook."
         return _refused(None, intake.Refusal(405, "method_not_allowed", detail, {"Allow": "POST"}))
-    if not (intake.SLUG.match(tenant) and intake.SLUG.match(source)):
+    if not (intake.SLUG.fullmatch(tenant) and intake.SLUG.fullmatch(source)):
         return _refused(None, intake.Refusal(404, "not_found", "No such tenant or source."))
     now = timezone.now()
     route = find_route(tenant, source, now)

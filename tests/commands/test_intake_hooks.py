@@ -221,6 +221,7 @@ def test_a_json_path_event_key_longer_than_200_bytes_is_kept_as_its_sha256(hook_
         "/hooks/..%2F..%2Fadmin/orders/",
         "/hooks/acme/%2e%2e/",
         "/hooks/acme%00/orders/",
+        "/hooks/acme%0A/orders/",
         "/hooks/" + "a" * 5000 + "/orders/",
     ],
 )
