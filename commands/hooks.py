@@ -24,6 +24,7 @@ limit, a deactivated tenant) reaches a node up to that long after it was saved.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 
@@ -36,10 +37,11 @@ from django.views.decorators.csrf import csrf_exempt
 from ankusa_site.logs import log_event
 from commands import event_keys, intake, signatures
 from commands.models import KEPT_HEADERS, MAX_KEPT_HEADER_CHARS, Connector, Source
-from limits.models import LimitOverride
+from limits.models import LimitOverride, slug_validator
 from limits.quotas import max_body_bytes
 
 logger = logging.getLogger("ankusa.intake")
+SLUG = re.compile(slug_validator.regex.pattern)
 
 
 @csrf_exempt
@@ -48,7 +50,7 @@ def receive(request, tenant: str, source: str):
     if request.method != "POST":
         detail = f"{request.method[:10]} is not allowed here; POST a webhook."
         return _refused(None, intake.Refusal(405, "method_not_allowed", detail, {"Allow": "POST"}))
-    if not (intake.SLUG.fullmatch(tenant) and intake.SLUG.fullmatch(source)):
+    if not (SLUG.fullmatch(tenant) and SLUG.fullmatch(source)):
         return _refused(None, intake.Refusal(404, "not_found", "No such tenant or source."))
     now = timezone.now()
     route = find_route(tenant, source, now)

@@ -54,7 +54,7 @@ from commands import dispatch
 from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
 from limits import admission
-from limits.models import Tenant, slug_validator
+from limits.models import Tenant
 from limits.store import Duplicate, Exceeds, Ok, Pending, RateLimited, Store
 
 logger = logging.getLogger("ankusa.intake")
@@ -63,7 +63,6 @@ logger = logging.getLogger("ankusa.intake")
 API_CLAIM_SCOPE = "api"
 # What a claim answers with before its holder knows the stored row's id (settle replaces it).
 UNKNOWN_ID = "pending"
-SLUG = re.compile(slug_validator.regex.pattern)
 
 
 @dataclass(frozen=True)
