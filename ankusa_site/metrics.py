@@ -45,8 +45,6 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ankusa_site.api import error
-
 logger = logging.getLogger("ankusa.metrics")
 
 # Bytes: 256 B to 8 MiB, the range of webhook bodies we see (the default cap is 1 MiB).
@@ -183,6 +181,8 @@ def _allowed(request) -> bool:
 @require_GET
 def metrics_view(request):
     if not _allowed(request):
+        from ankusa_site.api import error  # DRF loads settings: not at import, the stores import this
+
         return error(
             "forbidden",
             "Scrape /metrics from loopback or with 'Authorization: Bearer <ANKUSA_METRICS_TOKEN>'.",
