@@ -246,7 +246,17 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "commands-sweep": {"task": "commands.sweep", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
     "commands-recover": {"task": "commands.recover", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
+    "commands-prune": {"task": "commands.prune", "schedule": 3600.0},
 }
+
+# --- retention (manage.py prune, and Celery beat hourly) ------------------------------------------
+
+# Finished (succeeded/cancelled) commands and their attempts: a month covers disputes and reports.
+ANKUSA_RETAIN_COMMANDS_DAYS = env_int("ANKUSA_RETAIN_COMMANDS_DAYS", 30, minimum=1)
+# Deliveries whose commands are gone; always longer than the 72 h dedupe claims anyway.
+ANKUSA_RETAIN_DELIVERIES_DAYS = env_int("ANKUSA_RETAIN_DELIVERIES_DAYS", 30, minimum=4)
+# Who did what to which command: a year, for audits.
+ANKUSA_RETAIN_AUDIT_DAYS = env_int("ANKUSA_RETAIN_AUDIT_DAYS", 365, minimum=1)
 
 # --- metrics ----------------------------------------------------------------------------------
 
