@@ -226,6 +226,13 @@ ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 4, mini
 ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)
 ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minimum=0.01)
 
+# --- intake (DESIGN.md § Flow) -------------------------------------------------------------------
+
+# How long a node keeps a webhook source's configuration (verifier, connectors, the tenant's limits)
+# before reading it again: a second saves two or three queries per webhook under load, and an edit
+# in the admin reaches every node within it. 0 reads it for every request.
+ANKUSA_INTAKE_CACHE_S = env_float("ANKUSA_INTAKE_CACHE_S", 1.0, minimum=0)
+
 # --- Celery (optional: `manage.py dispatch` needs none of it) ------------------------------------
 
 CELERY_BROKER_URL = env_redis_url("CELERY_BROKER_URL", REDIS_URL)
@@ -239,7 +246,22 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "commands-sweep": {"task": "commands.sweep", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
     "commands-recover": {"task": "commands.recover", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
+    "commands-prune": {"task": "commands.prune", "schedule": 3600.0},
 }
+
+# --- retention (manage.py prune, and Celery beat hourly) ------------------------------------------
+
+# Finished (succeeded/cancelled) commands and their attempts: a month covers disputes and reports.
+ANKUSA_RETAIN_COMMANDS_DAYS = env_int("ANKUSA_RETAIN_COMMANDS_DAYS", 30, minimum=1)
+# Deliveries whose commands are gone; always longer than the 72 h dedupe claims anyway.
+ANKUSA_RETAIN_DELIVERIES_DAYS = env_int("ANKUSA_RETAIN_DELIVERIES_DAYS", 30, minimum=4)
+# Who did what to which command: a year, for audits.
+ANKUSA_RETAIN_AUDIT_DAYS = env_int("ANKUSA_RETAIN_AUDIT_DAYS", 365, minimum=1)
+
+# --- metrics ----------------------------------------------------------------------------------
+
+# /metrics answers loopback, and anyone presenting this token as "Authorization: Bearer <token>".
+ANKUSA_METRICS_TOKEN = env_str("ANKUSA_METRICS_TOKEN", "")
 
 # --- logs ---------------------------------------------------------------------------------------
 

@@ -5,6 +5,8 @@ from django.views import defaults
 
 from ankusa_site import health
 from ankusa_site.api import error, wants_json
+from ankusa_site.metrics import metrics_view
+from commands.hooks import receive
 from commands.views import demo_receiver
 
 admin.site.site_header = "Ankusa"
@@ -14,16 +16,27 @@ admin.site.index_title = "Operations"
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     # Each app owns its REST endpoints in <app>/api_urls.py.
     path("api/v1/", include("limits.api_urls")),
     path("api/v1/", include("queues.api_urls")),
     path("api/v1/", include("commands.api_urls")),
+    # Providers' webhooks. Also without the trailing slash: a POST redirected to add it would lose
+    # its body, and providers are configured by people who may leave it out.
+    path("hooks/<str:tenant>/<str:source>/", receive, name="hook"),
+    path("hooks/<str:tenant>/<str:source>", receive),
 ]
 
 if settings.DEBUG:
     # The receiver of the demo's http connector (manage.py demo); never part of a production site.
     urlpatterns.append(path("demo/receiver/", demo_receiver, name="demo-receiver"))
+
+
+def handler400(request, exception=None):
+    if wants_json(request):
+        return error("bad_request", "The request was refused as malformed.", 400)
+    return defaults.bad_request(request, exception)
 
 
 def handler404(request, exception=None):

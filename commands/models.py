@@ -4,9 +4,18 @@
   credential (``secret``) is kept apart from the rest of the configuration and is never shown
   back: admin forms treat it as write-only. ``idempotent`` is a declaration by staff that two
   sends are one instruction; only an explicit true counts, and only then are failures retried.
-* ``Source``: a named way commands arrive for a tenant, fanning out to one command per connector.
-  (Intake adds the signature verifier, the dedupe key location and deliveries.)
-* ``Command``: one instruction for one connector. Its ``state`` moves only along
+* ``Source``: a named way commands arrive for a tenant (``POST /hooks/<tenant>/<source>/``),
+  fanning out to one command per connector. Its signature verifier (``commands.signatures``) and
+  dedupe key location (``commands.event_keys``) are checked when it is saved (:meth:`Source.clean`),
+  so a bad configuration fails in the admin rather than on the first webhook. Its secrets are a
+  list (rotation: add the new one, remove the old once the provider signs with it) and are
+  write-only everywhere they are edited.
+* ``Delivery``: one webhook received and stored, and the commands made from it. Its unique
+  constraint on ``(tenant, source, event_key)`` is the last guard against a duplicate, whatever the
+  claim store said (a Redis outage, a claim that expired).
+* ``Command``: one instruction for one connector. A REST submission's ``Idempotency-Key`` is unique
+  per tenant among the commands that came through the API (no source); a webhook's commands carry
+  the delivery's event key, shared by the commands of one fan-out. Its ``state`` moves only along
   ``commands.states`` through :meth:`CommandQuerySet.transition`, a conditional update whose row
   count is checked, so racing workers cannot both make the same move. The retry decision's inputs
   (``last_outlook``, ``attempts``, ``next_attempt_at``) and its latest answer (``skip_reason``)
@@ -30,7 +39,7 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from commands import adapters
+from commands import adapters, event_keys, signatures
 from commands.retry import Outlook, SkipReason
 from commands.states import State, next_state
 from limits.models import Tenant, slug_validator
@@ -147,12 +156,52 @@ class Connector(models.Model):
             Command.objects.waiting_for_fix(self).make_due(timezone.now())
 
 
+VERIFIER_LABELS = {
+    "none": "none (anyone who knows the URL; private networks only)",
+    "github": "GitHub (X-Hub-Signature-256)",
+    "stripe": "Stripe (Stripe-Signature, 5-minute timestamp tolerance)",
+    "standard": "Standard Webhooks (webhook-id / -timestamp / -signature)",
+    "svix": "Svix (svix-id / -timestamp / -signature)",
+    "shopify": "Shopify (X-Shopify-Hmac-Sha256)",
+    "hmac": "generic HMAC header (options: header, algorithm, encoding, prefix)",
+}
+VERIFIER_CHOICES = [(kind, VERIFIER_LABELS[kind]) for kind in signatures.VERIFIERS]
+
+# Which column a VerifierConfigError's field ("secrets[1]", "options.tolerance_s") is about. An
+# unknown "kind" is not here: the verifier field's choices refuse it already.
+VERIFIER_FIELDS = {"secrets": "verifier_secrets", "options": "verifier_options"}
+
+
 class Source(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sources")
     slug = models.CharField(max_length=64, validators=[slug_validator])
     connectors = models.ManyToManyField(Connector, related_name="sources", blank=True)
     needs_approval = models.BooleanField(
         default=False, help_text="Its commands start as drafts that staff approve, instead of approved."
+    )
+    verifier = models.CharField(
+        max_length=16,
+        choices=VERIFIER_CHOICES,
+        default="none",
+        help_text="How a webhook proves it comes from the provider.",
+    )
+    verifier_secrets = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The signing secrets, newest first; a signature made with any of them is accepted. "
+        "Never shown back.",
+    )
+    verifier_options = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Options of the verifier: {"tolerance_s": 300} for Stripe / Standard Webhooks / Svix; '
+        '{"header": "X-Signature", "algorithm": "sha256", "encoding": "hex", "prefix": ""} for hmac.',
+    )
+    dedupe_key = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Where the provider puts the event id, so a redelivery is a duplicate: a preset "
+        f"({', '.join(event_keys.PRESETS)}), header:<Name>, json:<dotted.path>, or empty (no dedupe).",
     )
 
     class Meta:
@@ -167,6 +216,76 @@ class Source(models.Model):
     @property
     def initial_state(self) -> State:
         return State.DRAFT if self.needs_approval else State.APPROVED
+
+    def build_verifier(self) -> signatures.Verifier:
+        """The verifier this source's configuration describes (raises ``VerifierConfigError``)."""
+        return signatures.build_verifier(self.verifier, self.verifier_secrets, self.verifier_options)
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        try:
+            self.build_verifier()
+        except signatures.VerifierConfigError as exc:
+            column = VERIFIER_FIELDS.get(exc.field.split(".")[0].split("[")[0])
+            if column is not None:
+                errors[column] = str(exc)  # "secrets[1]: must be base64 ..." names the entry, never its value
+        try:
+            event_keys.resolve(self.dedupe_key)
+        except event_keys.EventKeyConfigError as exc:
+            errors["dedupe_key"] = exc.message
+        if errors:
+            raise ValidationError(errors)
+
+
+# The request headers a delivery keeps: what tells staff which event it was. Signatures are left
+# out (useless once verified), and so is everything else a provider or a proxy may add.
+KEPT_HEADERS = (
+    "Content-Type",
+    "User-Agent",
+    "X-GitHub-Event",
+    "X-GitHub-Delivery",
+    "X-GitHub-Hook-ID",
+    "X-Shopify-Topic",
+    "X-Shopify-Shop-Domain",
+    "X-Shopify-Webhook-Id",
+    "webhook-id",
+    "webhook-timestamp",
+    "svix-id",
+    "svix-timestamp",
+)
+# A kept header value is cut here: it identifies an event, it is not data.
+MAX_KEPT_HEADER_CHARS = 200
+
+
+class Delivery(models.Model):
+    """One webhook received and stored; ``commands`` are the ones made from it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="deliveries")
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="deliveries")
+    event_key = models.CharField(
+        max_length=255, blank=True, help_text="The provider's event id (empty: the source does not dedupe)."
+    )
+    headers = models.JSONField(default=dict, blank=True)
+    body = models.TextField(blank=True)
+    size = models.PositiveIntegerField(help_text="Body bytes.")
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        constraints = [
+            # The last guard against a duplicate: two nodes can never both store one event, whatever
+            # the claim store answered. Partial, so deliveries of a source that does not dedupe
+            # (empty key) never collide. The key leads, so the index also serves the lookup of the
+            # stored original after a refused insert and the admin's search by event id.
+            models.UniqueConstraint(
+                fields=["event_key", "tenant", "source"],
+                condition=~Q(event_key=""),
+                name="commands_delivery_unique_event",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.pk} ({self.source_id}: {self.event_key or 'no key'})"
 
 
 class CommandQuerySet(models.QuerySet):
@@ -221,11 +340,25 @@ class Command(models.Model):
     resent_from = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resent_as"
     )
+    delivery = models.ForeignKey(
+        Delivery, on_delete=models.PROTECT, null=True, blank=True, related_name="commands"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = CommandQuerySet.as_manager()
 
     class Meta:
+        constraints = [
+            # A REST client's Idempotency-Key: one command per key and tenant, whatever the claim
+            # store said. Only for API submissions (no source): a webhook's fan-out gives several
+            # commands the same key (its event key), one per connector, and the delivery's own
+            # constraint guards those. Also serves the lookup of the original after a refused insert.
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=Q(source__isnull=True) & ~Q(idempotency_key=""),
+                name="commands_command_unique_api_key",
+            ),
+        ]
         indexes = [
             # The sweep: CommandQuerySet.due(now) — approved/failed and not parked, by due time.
             models.Index(

@@ -14,7 +14,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 
-from commands import dispatch
+from commands import dispatch, retention
 
 
 def consume_after_commit() -> None:
@@ -48,3 +48,8 @@ def recover() -> dict:
         "items_requeued": summary.items_requeued,
         "lost_requeued": summary.lost_requeued,
     }
+
+
+@shared_task(name="commands.prune")
+def prune() -> dict:
+    return retention.prune().removed

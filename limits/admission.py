@@ -33,6 +33,7 @@ from datetime import datetime
 
 from django.conf import settings
 
+from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from limits.gcra import Limit
 from limits.models import Tenant
@@ -132,6 +133,7 @@ def admit(
     if not charges and claim is None:
         return Admission(Ok())
     result = (store or get_store()).hit(charges, claim)
+    metrics.STORE_CALLS.labels(scope=settings.ANKUSA_STORE_SCOPE, result=type(result).__name__.lower()).inc()
     if isinstance(result, Ok | RateLimited):
         debts = result.debts_us
         return Admission(

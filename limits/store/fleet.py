@@ -1,14 +1,15 @@
 """``FleetStore`` (``scope: fleet``): Redis first, this node's own state when Redis does not answer.
 
 Every call goes to the ``RedisStore`` with its hard budget. A call that errs or times out is
-answered by the ``LocalStore`` instead and counted (``fallbacks``), so a Redis outage degrades
+answered by the ``LocalStore`` instead and counted (``fallbacks``, and the
+``ankusa_fleet_fallbacks_total`` metric), so a Redis outage degrades
 the limits to per-node ones; it never stops intake.
 
 A circuit breaker keeps an outage from costing the full timeout on every request: after
 ``threshold`` consecutive failures it *opens* and calls go straight to the local store for
 ``cooldown_ms``; then one call (only one, whatever the concurrency) probes Redis. A probe that
 answers *closes* the breaker; one that fails keeps it open for another cooldown. Each switch is
-logged once, as it happens, not per call.
+logged once, as it happens, not per call, and shown as ``ankusa_fleet_breaker_open`` (per process).
 
 Claims follow the store that took them: ``settle`` first asks the local store (a claim taken during
 the outage lives there) and otherwise Redis. What is not guaranteed: while the breaker is open,
@@ -24,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from limits.store.base import Charge, Claim, Error, Result, Store
 from limits.store.local import LocalStore
@@ -66,6 +68,7 @@ class FleetStore(Store):
             self._failed(result.reason)
         with self._lock:
             self.fallbacks += 1
+        metrics.FLEET_FALLBACKS.inc()
         return self.local.hit(charges, claim)
 
     def settle(
@@ -113,6 +116,7 @@ class FleetStore(Store):
                 return
             self._opened_at = None
             fallbacks = self.fallbacks
+        metrics.FLEET_BREAKER_OPEN.set(0)
         log_event(logger, "fleet_store_recovered", answered_locally_so_far=fallbacks)
 
     def _failed(self, reason: str) -> None:
@@ -124,6 +128,7 @@ class FleetStore(Store):
                     self._opened_at = self.clock()
                 return
             self._opened_at = self.clock()
+        metrics.FLEET_BREAKER_OPEN.set(1)
         log_event(
             logger,
             "fleet_store_failing",

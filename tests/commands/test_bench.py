@@ -1,4 +1,5 @@
-"""``bench/dispatch.py --quick`` still runs and ends with its JSON line (a smoke test, not a measurement)."""
+"""``bench/dispatch.py --quick`` and ``bench/intake.py --quick`` still run and end with their JSON line
+(smoke tests, not measurements)."""
 
 import json
 import os
@@ -11,19 +12,30 @@ from django.conf import settings
 pytestmark = pytest.mark.slow
 
 
-def test_the_dispatch_benchmark_runs_in_quick_mode_and_loses_nothing(service_env):
-    # Its own database, named apart from the tests' (it derives it from DATABASE_URL).
-    env = {**service_env, "DJANGO_SETTINGS_MODULE": "ankusa_site.settings"}
-    env["DATABASE_URL"] = os.environ.get("DATABASE_URL", f"sqlite:///{settings.VAR_DIR / 'ankusa.sqlite3'}")
+def quick_figures(script: str, env: dict) -> dict:
     result = subprocess.run(
-        [sys.executable, "bench/dispatch.py", "--quick"],
+        [sys.executable, script, "--quick"],
         cwd=settings.BASE_DIR,
-        env=env,
+        env={**env, "DJANGO_SETTINGS_MODULE": "ankusa_site.settings"},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_dispatch_benchmark_runs_in_quick_mode_and_loses_nothing(service_env):
+    # Its own database, named apart from the tests' (it derives it from DATABASE_URL).
+    database = os.environ.get("DATABASE_URL", f"sqlite:///{settings.VAR_DIR / 'ankusa.sqlite3'}")
+    figures = quick_figures("bench/dispatch.py", {**service_env, "DATABASE_URL": database})
     assert (figures["lost"], figures["double_sent"], figures["quick"]) == (0, 0, True)
     assert figures["dispatch_vs_raw_http"] > 0
+
+
+def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
+    database = os.environ.get("DATABASE_URL", "")  # its PostgreSQL part runs when the suite's does
+    figures = quick_figures("bench/intake.py", {**service_env, "DATABASE_URL": database})
+    assert (figures["accepted_not_stored"], figures["non_2xx"], figures["quick"]) == (0, 0, True)
+    assert figures["intake_vs_bare_view_sqlite"] > 0
+    assert (figures["intake_vs_bare_view"] is not None) == database.startswith("postgres")

@@ -1,14 +1,18 @@
-"""``manage.py demo`` gives the dispatch loop something to do, once, however often it runs."""
+"""``manage.py demo`` gives the dispatch loop something to do, once, however often it runs, and prints\ncurl lines for the intake that work as pasted."""
 
 from __future__ import annotations
 
 import json
+import shlex
+from urllib.parse import urlsplit
 
 from django.core.management import call_command
+from django.utils import timezone
 
 from commands.models import Command, Connector, Source
 from commands.states import State
 from commands.views import demo_receiver
+from limits.models import ApiToken
 
 
 def test_demo_creates_two_connectors_a_source_and_three_commands_once(db, settings, tmp_path):
@@ -41,3 +45,54 @@ def test_the_demo_receiver_answers_what_the_payload_asks(rf):
 def test_the_demo_receiver_is_mounted_only_with_debug(client):
     # The test settings run with DEBUG off, as production does.
     assert client.post("/demo/receiver/", "{}", content_type="application/json").status_code == 404
+
+
+def run_demo(tmp_path) -> list[str]:
+    out = tmp_path / "out"
+    call_command("demo", stdout=open(out, "w"))
+    return out.read_text().splitlines()
+
+
+def parse_curl(line: str) -> tuple[str, dict[str, str], bytes]:
+    """``(url, headers, body)`` of a printed ``curl -i -X POST url -H ... --data-binary body``."""
+    words = shlex.split(line)
+    headers = dict(words[i + 1].split(": ", 1) for i, word in enumerate(words) if word == "-H")
+    return words[4], headers, words[words.index("--data-binary") + 1].encode()
+
+
+def send(client, line: str):
+    url, headers, body = parse_curl(line)
+    content_type = headers.pop("Content-Type")
+    return client.post(urlsplit(url).path, body, content_type=content_type, headers=headers)
+
+
+def test_the_printed_curl_lines_work_as_pasted(db, settings, tmp_path, client):
+    settings.VAR_DIR = tmp_path
+    lines = run_demo(tmp_path)
+    webhook = lines[
+        lines.index("Send a signed webhook (paste it twice: the second answer is a duplicate):") + 1
+    ]
+    submit = lines[lines.index("Submit a command with the demo tenant's API token:") + 1]
+    assert webhook.startswith("  curl -i -X POST http://127.0.0.1:8000/hooks/demo/orders/ ")
+    first, again = send(client, webhook), send(client, webhook)
+    assert (first.status_code, json.loads(again.content)["status"]) == (202, "duplicate")
+    assert send(client, submit).status_code == 202
+
+
+def test_the_demo_token_and_webhook_secret_are_made_once_and_kept_private(db, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    for _ in range(2):
+        run_demo(tmp_path)
+    token, secret = (tmp_path / "demo-token"), (tmp_path / "demo-webhook-secret")
+    assert ApiToken.objects.filter(tenant__slug="demo").count() == 1
+    assert (token.stat().st_mode & 0o777, secret.stat().st_mode & 0o777) == (0o600, 0o600)
+    source = Source.objects.get(slug="orders")
+    assert (source.verifier, source.verifier_secrets, source.dedupe_key) == (
+        "github",
+        [secret.read_text()],
+        "github",
+    )
+    # A token revoked since is replaced by a new one, not printed dead.
+    ApiToken.objects.update(revoked_at=timezone.now())
+    run_demo(tmp_path)
+    assert ApiToken.objects.usable().filter(tenant__slug="demo").count() == 1

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 from django.test import override_settings
+from prometheus_client import REGISTRY
 
 from limits import actions
 from limits.admission import admit, charges_for, new_claim, settle
@@ -151,3 +152,11 @@ def test_the_store_is_one_per_process_and_follows_the_settings():
     with override_settings(ANKUSA_STORE_SCOPE="fleet", REDIS_URL=NOWHERE):
         assert type(get_store()).__name__ == "FleetStore"
     assert isinstance(get_store(), LocalStore)
+
+
+def test_every_store_answer_is_counted_by_scope_and_result(tenant, local_store):
+    labels = {"scope": "node", "result": "ratelimited"}
+    before = REGISTRY.get_sample_value("ankusa_store_calls_total", labels) or 0
+    for _ in range(4):
+        admit(tenant, 10, store=local_store)
+    assert REGISTRY.get_sample_value("ankusa_store_calls_total", labels) == before + 1

@@ -1,6 +1,7 @@
 """``manage.py serve``: gunicorn and the dispatch loop side by side, in the foreground.
 
-This is what ``make run`` ends with. Both run as child processes; Ctrl-C (SIGINT) or SIGTERM
+This is what ``make run`` ends with. The children share one ``PROMETHEUS_MULTIPROC_DIR``
+(``var/metrics`` unless set), so ``/metrics`` sums what every worker and the loop counted. Both run as child processes; Ctrl-C (SIGINT) or SIGTERM
 stops both and waits for them, and if either exits on its own the other is stopped too, so
 the command never leaves a half-running system behind.
 """
@@ -8,6 +9,7 @@ the command never leaves a half-running system behind.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,10 +33,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-dispatch", action="store_true", help="Serve only; no dispatch loop.")
 
     def handle(self, *args, **options):
-        children = {"web": self.start_web(options)}
+        env = self.child_env()
+        children = {"web": self.start_web(options, env)}
         if not options["no_dispatch"] and "dispatch" in get_commands():
             children["dispatch"] = subprocess.Popen(
-                [sys.executable, str(settings.BASE_DIR / "manage.py"), "dispatch"]
+                [sys.executable, str(settings.BASE_DIR / "manage.py"), "dispatch"], env=env
             )
         stopping = False
 
@@ -53,15 +56,26 @@ class Command(BaseCommand):
             self.stderr.write(f"{', '.join(exited)} exited; stopped the rest.")
             sys.exit(1)
 
-    def start_web(self, options) -> subprocess.Popen:
+    def child_env(self) -> dict[str, str]:
+        """The children's environment: one metrics folder for this node, emptied at start."""
+        env = os.environ.copy()
+        if not env.get("PROMETHEUS_MULTIPROC_DIR"):
+            folder = settings.VAR_DIR / "metrics"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+        return env
+
+    def start_web(self, options, env) -> subprocess.Popen:
         command = [
             sys.executable, "-m", "gunicorn", "ankusa_site.wsgi",
+            "--config", "python:ankusa_site.gunicorn_conf",
             "--bind", options["bind"],
             "--workers", str(options["workers"]),
             "--threads", str(options["threads"]),
             "--access-logfile", "-",
         ]  # fmt: skip
-        return subprocess.Popen(command, env=os.environ.copy())
+        return subprocess.Popen(command, env=env)
 
     def stop_all(self, children: dict[str, subprocess.Popen]) -> None:
         for child in children.values():

@@ -1,0 +1,191 @@
+"""Prometheus metrics: what each process counts, and what ``/metrics`` reads at scrape time.
+
+Two kinds of figures:
+
+* **Counters and histograms** that the code bumps where things happen (intake answers, store
+  calls, dispatch attempts, recovered queue items, loop rounds). They live in the process that
+  counted them. With ``PROMETHEUS_MULTIPROC_DIR`` set (``manage.py serve`` and the deploy units
+  set it, one folder per node, emptied at start), every gunicorn worker, dispatch loop and Celery
+  worker writes to files there and ``/metrics`` sums them, so a scrape that lands on any worker
+  sees the whole node. Without it (tests, a bare ``runserver``) they are plain in-process values.
+* **State read at scrape time** from the database and the queues (commands by state and by skip
+  reason, queue lengths and oldest ages): nobody has to keep a gauge in step with the tables, and
+  every node reports the same fleet-wide truth — sum them with ``max`` in PromQL, not ``sum``.
+
+Who may scrape: a request from loopback, or one that carries ``Authorization: Bearer
+<ANKUSA_METRICS_TOKEN>``. Behind a reverse proxy on the same host every request comes from
+loopback: set the token and have the proxy refuse ``/metrics``.
+
+What it does not do: keep counters across a node restart (Prometheus' ``rate()`` handles resets),
+or label anything with a tenant or command id (unbounded label values would grow the scrape
+without end).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+
+from django.conf import settings
+from django.db.models import Count
+from django.http import HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+
+logger = logging.getLogger("ankusa.metrics")
+
+# Bytes: 256 B to 8 MiB, the range of webhook bodies we see (the default cap is 1 MiB).
+SIZE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 8388608)
+# Seconds: a cached answer in 1 ms up to the 30 s read timeout of a slow receiver.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+# --- intake -----------------------------------------------------------------------------------
+INTAKE_RESPONSES = Counter(
+    "ankusa_intake_responses_total", "Intake answers by endpoint and HTTP status.", ["endpoint", "status"]
+)
+INTAKE_REQUEST_BYTES = Histogram(
+    "ankusa_intake_request_bytes",
+    "Declared request size (Content-Length).",
+    ["endpoint"],
+    buckets=SIZE_BUCKETS,
+)
+INTAKE_BODY_BYTES = Histogram(
+    "ankusa_intake_body_bytes", "Bytes of body actually read.", ["endpoint"], buckets=SIZE_BUCKETS
+)
+INTAKE_LATENCY = Histogram(
+    "ankusa_intake_latency_seconds",
+    "Time to answer an intake request.",
+    ["endpoint"],
+    buckets=LATENCY_BUCKETS,
+)
+
+# --- limits -----------------------------------------------------------------------------------
+STORE_CALLS = Counter("ankusa_store_calls_total", "Quota/claim store answers by result.", ["scope", "result"])
+FLEET_FALLBACKS = Counter("ankusa_fleet_fallbacks_total", "Fleet store calls answered from local state.")
+FLEET_BREAKER_OPEN = Gauge(
+    "ankusa_fleet_breaker_open",
+    "1 while this process's fleet circuit breaker is open.",
+    multiprocess_mode="liveall",  # one series per live process: each has its own breaker
+)
+
+# --- queues -----------------------------------------------------------------------------------
+QUEUE_RECOVERED = Counter(
+    "ankusa_queue_recovered_total", "Expired busy items recovered, by queue and action.", ["queue", "action"]
+)
+
+# --- dispatch ---------------------------------------------------------------------------------
+DISPATCH_ATTEMPTS = Counter(
+    "ankusa_dispatch_attempts_total",
+    "Send attempts by connector kind, outcome (ok/failed) and outlook.",
+    ["kind", "outcome", "outlook"],
+)
+DISPATCH_LATENCY = Histogram(
+    "ankusa_dispatch_latency_seconds", "Time of one send.", ["kind"], buckets=LATENCY_BUCKETS
+)
+DISPATCH_ROUND = Histogram(
+    "ankusa_dispatch_round_seconds",
+    "Duration of one dispatch loop round.",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class StateCollector:
+    """Commands by state and skip reason, queue lengths and ages: read from the source at scrape."""
+
+    def collect(self):
+        from commands.models import Command
+        from queues.actions import overview
+
+        by_state = GaugeMetricFamily("ankusa_commands", "Commands by state.", labels=["state"])
+        for row in Command.objects.order_by().values("state").annotate(n=Count("id")):
+            by_state.add_metric([row["state"]], row["n"])
+        yield by_state
+
+        waiting = GaugeMetricFamily(
+            "ankusa_commands_waiting", "Commands held back, by skip reason.", labels=["state", "reason"]
+        )
+        held = Command.objects.order_by().exclude(skip_reason="").values("state", "skip_reason")
+        for row in held.annotate(n=Count("id")):
+            waiting.add_metric([row["state"], row["skip_reason"]], row["n"])
+        yield waiting
+
+        length = GaugeMetricFamily(
+            "ankusa_queue_length", "Items per sub-queue.", labels=["queue", "backend", "kind"]
+        )
+        age = GaugeMetricFamily(
+            "ankusa_queue_oldest_age_seconds",
+            "Age of the oldest item per sub-queue.",
+            labels=["queue", "backend", "kind"],
+        )
+        up = GaugeMetricFamily(
+            "ankusa_queue_up", "1 when the queue's backend answered the scrape.", labels=["queue", "backend"]
+        )
+        for row in overview()["queues"]:
+            answered = "error" not in row
+            up.add_metric([row["name"], row["backend"]], 1 if answered else 0)
+            if not answered:
+                continue
+            for kind in ("main", "busy", "failed"):
+                labels = [row["name"], row["backend"], kind]
+                length.add_metric(labels, row[kind]["length"])
+                age.add_metric(labels, row[kind]["age_s"] or 0)
+        yield from (length, age, up)
+
+
+class _Scrape:
+    """This node's counters (summed over its processes) plus the state read now."""
+
+    def collect(self):
+        if multiprocess_dir():
+            counted = CollectorRegistry()
+            MultiProcessCollector(counted)
+            yield from counted.collect()
+        else:
+            yield from REGISTRY.collect()
+        try:
+            yield from StateCollector().collect()
+        except Exception as exc:  # noqa: BLE001 - counters still answer when the database does not
+            logger.warning("metrics: state collection failed: %s", type(exc).__name__)
+
+
+def _allowed(request) -> bool:
+    token = settings.ANKUSA_METRICS_TOKEN
+    if token:
+        given = request.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return True
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False
+
+
+@never_cache
+@require_GET
+def metrics_view(request):
+    if not _allowed(request):
+        from ankusa_site.api import error  # DRF loads settings: not at import, the stores import this
+
+        return error(
+            "forbidden",
+            "Scrape /metrics from loopback or with 'Authorization: Bearer <ANKUSA_METRICS_TOKEN>'.",
+            403,
+        )
+    return HttpResponse(generate_latest(_Scrape()), content_type=CONTENT_TYPE_LATEST)

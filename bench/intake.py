@@ -1,0 +1,367 @@
+"""Benchmark: accepted webhooks per second through the whole intake, over a bare Django view's requests
+per second on the same gunicorn, in the same run.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db> .venv/bin/python bench/intake.py [--quick]
+        [--only postgres|sqlite]
+
+Two set-ups, each on a throw-away database it creates and drops (PostgreSQL: ``bench_intake_<pid>``
+on the server ``DATABASE_URL`` names; SQLite: a file in a temporary folder):
+
+* **postgres** — PostgreSQL with the fleet store (Redis at ``REDIS_URL``, its keys under a tenant
+  named for this run, deleted at the end): the issue's figure;
+* **sqlite** — SQLite with the node-local store: the embedded default.
+
+For each, gunicorn serves ``bench/intake_server.py`` (the site plus ``POST /bench/bare/``, a view that
+reads the body and answers JSON) with the same workers and threads for both kinds of request. This
+process drives it over keep-alive connections from ``--concurrency`` threads, with requests built
+and signed before the clock starts, alternating rounds of bare and intake requests and keeping each
+kind's best round (the machine may be shared). An intake request is a GitHub-signed webhook with its
+own ``X-GitHub-Delivery``: verified, admitted (quota + claim), stored as a delivery with one command,
+queued, the claim settled.
+
+Figures (the JSON line at the end):
+
+* ``intake_vs_bare_view`` — accepted webhooks/s ÷ bare view requests/s, PostgreSQL + fleet store
+  (target ≥ 0.35); ``intake_vs_bare_view_sqlite`` — the same on SQLite with the local store;
+* ``p50_ms`` / ``p99_ms`` (and ``_sqlite``) — intake latency in the best round, at that concurrency;
+* ``accepted_not_stored`` — 2xx answers whose delivery is missing afterwards, over every round of
+  both set-ups. Must be 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import redis
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET = "bench-webhook-secret"
+BODY = json.dumps(
+    {"order": "A-1", "action": "ship", "lines": [{"sku": f"SKU-{n}", "qty": n} for n in range(8)]}
+)
+
+SEED = """
+from commands.models import Connector, Source
+from limits.models import Tenant
+tenant = Tenant.objects.create(slug={slug!r}, name="bench")
+source = Source.objects.create(
+    tenant=tenant, slug="orders", verifier="github", verifier_secrets=[{secret!r}], dedupe_key="github"
+)
+source.connectors.set([Connector.objects.create(tenant=tenant, name="log", kind="log")])
+"""
+
+ANALYZE = "from django.db import connection; connection.cursor().execute('ANALYZE')"
+
+CHECK = """
+import json, sys
+from commands.models import Delivery
+ids = json.load(sys.stdin)
+found = set()
+for start in range(0, len(ids), 5000):
+    found.update(Delivery.objects.filter(pk__in=ids[start:start + 5000]).values_list("pk", flat=True))
+print(json.dumps({"missing": len(set(ids) - found), "stored": Delivery.objects.count()}))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def manage(env: dict, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=BASE_DIR,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"manage.py {args[0]} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+# --- a small keep-alive HTTP client (cheap enough not to be the bottleneck on two cores) ---------
+
+
+def raw_post(port: int, path: str, headers: dict[str, str], body: bytes) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", f"Content-Length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+class Connection:
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
+    def send(self, request: bytes) -> tuple[int, bytes]:
+        self.sock.sendall(request)
+        while b"\r\n\r\n" not in self.buffer:
+            self._fill()
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = next(
+            int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:")
+        )
+        while len(self.buffer) < length:
+            self._fill()
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return status, body
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self.buffer += chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def drive(port: int, requests: list[bytes], concurrency: int) -> dict:
+    """Send every request over ``concurrency`` keep-alive connections; rate, statuses, latencies."""
+    results: list[list[tuple[int, bytes, float]]] = [[] for _ in range(concurrency)]
+    ready = threading.Barrier(concurrency + 1)
+
+    def work(slot: int) -> None:
+        conn = Connection(port)
+        ready.wait()
+        try:
+            for request in requests[slot::concurrency]:
+                started = time.perf_counter()
+                status, body = conn.send(request)
+                results[slot].append((status, body, time.perf_counter() - started))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=work, args=(slot,)) for slot in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    answers = [answer for slot in results for answer in slot]
+    latencies = sorted(seconds for _, _, seconds in answers)
+    return {
+        "per_s": len(answers) / elapsed,
+        "statuses": Counter(status for status, _, _ in answers),
+        "accepted": [json.loads(body).get("id") for status, body, _ in answers if 200 <= status < 300],
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+    }
+
+
+def webhooks(port: int, tenant: str, n: int) -> list[bytes]:
+    body = BODY.encode()
+    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return [
+        raw_post(
+            port,
+            f"/hooks/{tenant}/orders/",
+            {
+                "Content-Type": "application/json",
+                "X-GitHub-Event": "push",
+                "X-GitHub-Delivery": secrets.token_hex(16),
+                "X-Hub-Signature-256": signature,
+            },
+            body,
+        )
+        for _ in range(n)
+    ]
+
+
+# --- one set-up: a database, a store, a gunicorn -------------------------------------------------
+
+
+class Server:
+    def __init__(self, env: dict, workers: int, threads: int):
+        self.port = free_port()
+        command = [sys.executable, "-m", "gunicorn", "bench.intake_server", "--bind", f"127.0.0.1:{self.port}",
+                   "--workers", str(workers), "--threads", str(threads)]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 30
+        while not self._ready():
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError("gunicorn did not start")
+            time.sleep(0.1)
+
+    def _ready(self) -> bool:
+        try:
+            conn = Connection(self.port)
+        except OSError:
+            return False
+        try:
+            return (
+                conn.send(f"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n\r\n".encode())[0] == 200
+            )
+        except (OSError, ConnectionError):
+            return False
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def measure(name: str, env: dict, args) -> dict:
+    tenant = f"bench-{os.getpid()}-{secrets.token_hex(3)}"
+    manage(env, "migrate", "--noinput", "-v0")
+    manage(env, "shell", "-c", SEED.format(slug=tenant, secret=SECRET))
+    server = Server(env, args.workers, args.threads)
+    try:
+        bare_requests = [
+            raw_post(server.port, "/bench/bare/", {"Content-Type": "application/json"}, BODY.encode())
+        ]
+        drive(server.port, bare_requests * 50, args.concurrency)  # warm-up: connections, code paths
+        drive(server.port, webhooks(server.port, tenant, 200), args.concurrency)
+        # A fresh database has no planner statistics: PostgreSQL would scan the whole queue for its
+        # tail instead of reading the index's last entry, as it does once autovacuum has run.
+        manage(env, "shell", "-c", ANALYZE)
+        best_bare, best_intake, accepted, statuses = None, None, [], Counter()
+        for _ in range(args.rounds):
+            bare = drive(server.port, bare_requests * args.n, args.concurrency)
+            intake = drive(server.port, webhooks(server.port, tenant, args.n), args.concurrency)
+            accepted += intake["accepted"]
+            statuses += intake["statuses"]
+            if best_bare is None or bare["per_s"] > best_bare["per_s"]:
+                best_bare = bare
+            if best_intake is None or intake["per_s"] > best_intake["per_s"]:
+                best_intake = intake
+            print(f"  {name}: bare {bare['per_s']:7.0f}/s   intake {intake['per_s']:7.0f}/s", flush=True)
+    finally:
+        server.stop()
+    check = json.loads(manage(env, "shell", "-c", CHECK, stdin=json.dumps(accepted)).strip().splitlines()[-1])
+    return {
+        "tenant": tenant,
+        "bare_per_s": best_bare["per_s"],
+        "intake_per_s": best_intake["per_s"],
+        "ratio": best_intake["per_s"] / best_bare["per_s"],
+        "p50_ms": best_intake["p50_ms"],
+        "p99_ms": best_intake["p99_ms"],
+        "answers": dict(statuses),
+        "accepted_not_stored": check["missing"],
+    }
+
+
+def base_env(**changes: str) -> dict:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "ankusa_site.settings",
+        "DEBUG": "0",
+        "SECRET_KEY": "bench-only-not-a-secret-" + "x" * 32,
+        "PYTHONPATH": str(BASE_DIR),
+    }
+    env.update(changes)
+    return env
+
+
+def run_postgres(url: str, args) -> dict:
+    parts = urlsplit(url)
+    name = f"bench_intake_{os.getpid()}"
+    admin_url = urlunsplit(parts._replace(path="/postgres", query=""))
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    env = base_env(
+        DATABASE_URL=urlunsplit(parts._replace(path=f"/{name}")),
+        ANKUSA_STORE_SCOPE="fleet",
+        REDIS_URL=redis_url,
+    )
+    result = None
+    try:
+        result = measure("postgres", env, args)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        if result is not None:
+            client = redis.Redis.from_url(redis_url)
+            keys = list(client.scan_iter(match=f"ankusa:{{{result['tenant']}}}:*", count=1000))
+            for start in range(0, len(keys), 1000):
+                client.delete(*keys[start : start + 1000])
+    return result
+
+
+def run_sqlite(args) -> dict:
+    folder = tempfile.mkdtemp(prefix="bench-intake-")
+    try:
+        env = base_env(
+            DATABASE_URL=f"sqlite:///{folder}/bench.sqlite3", ANKUSA_STORE_SCOPE="node", ANKUSA_VAR_DIR=folder
+        )
+        return measure("sqlite", env, args)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (a smoke test, not a measurement)")
+    parser.add_argument("--only", choices=["postgres", "sqlite"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    args.n, args.rounds = (100, 1) if args.quick else (1500, 4)
+
+    database_url = os.environ.get("DATABASE_URL", "")
+    results = {}
+    if args.only in (None, "postgres"):
+        if database_url.startswith(("postgres://", "postgresql://")):
+            results["postgres"] = run_postgres(database_url, args)
+        else:
+            print("postgres: skipped (DATABASE_URL names no PostgreSQL server)")
+    if args.only in (None, "sqlite"):
+        results["sqlite"] = run_sqlite(args)
+
+    print(
+        f"\ngunicorn {args.workers} workers x {args.threads} threads, {args.concurrency} client connections, "
+        f"{args.n} requests per round, {args.rounds} rounds (best kept)"
+    )
+    print(f"{'set-up':<10} {'bare/s':>8} {'intake/s':>9} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7}  answers")
+    for name, r in results.items():
+        print(
+            f"{name:<10} {r['bare_per_s']:8.0f} {r['intake_per_s']:9.0f} {r['ratio']:6.2f} "
+            f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f}  {r['answers']}"
+        )
+    pg, lite = results.get("postgres"), results.get("sqlite")
+    figures = {
+        "intake_vs_bare_view": round(pg["ratio"], 3) if pg else None,
+        "intake_vs_bare_view_sqlite": round(lite["ratio"], 3) if lite else None,
+        "p50_ms": round(pg["p50_ms"], 1) if pg else None,
+        "p99_ms": round(pg["p99_ms"], 1) if pg else None,
+        "p50_ms_sqlite": round(lite["p50_ms"], 1) if lite else None,
+        "p99_ms_sqlite": round(lite["p99_ms"], 1) if lite else None,
+        "accepted_not_stored": sum(r["accepted_not_stored"] for r in results.values()),
+        "non_2xx": sum(n for r in results.values() for s, n in r["answers"].items() if not 200 <= s < 300),
+        "quick": args.quick,
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The WSGI app that ``bench/intake.py`` serves with gunicorn: the whole site, plus a bare Django view.
+
+The bare view (``POST /bench/bare/``) is the benchmark's baseline: the same server, workers,
+middleware stack and body read as a webhook, and nothing else. It is mounted here only — this
+module is its own URLconf, set before the first request — never in the product's URLs.
+"""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ankusa_site.settings")
+
+from django.conf import settings  # noqa: E402
+from django.core.wsgi import get_wsgi_application  # noqa: E402
+
+application = get_wsgi_application()
+
+from django.http import JsonResponse  # noqa: E402
+from django.urls import path  # noqa: E402
+from django.views.decorators.csrf import csrf_exempt  # noqa: E402
+
+from ankusa_site import urls as site_urls  # noqa: E402
+
+
+@csrf_exempt
+def bare(request):
+    return JsonResponse({"status": "accepted", "size": len(request.body)}, status=202)
+
+
+urlpatterns = [path("bench/bare/", bare), *site_urls.urlpatterns]
+handler400, handler404, handler500 = site_urls.handler400, site_urls.handler404, site_urls.handler500
+settings.ROOT_URLCONF = __name__

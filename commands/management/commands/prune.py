@@ -1,0 +1,61 @@
+"""``manage.py prune [--older-than 30d]``: delete old finished rows in batches (``commands.retention``)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+
+from commands import retention
+
+UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+def parse_age(value: str) -> timedelta:
+    match = re.fullmatch(r"(\d{1,5})([dhm])", value.strip())
+    if not match:
+        raise CommandError(f"--older-than {value!r}: use a whole number and d, h or m (30d, 12h, 90m).")
+    age = timedelta(**{UNITS[match[2]]: int(match[1])})
+    if age <= timedelta(0):
+        raise CommandError("--older-than must be more than zero.")
+    return age
+
+
+class Command(BaseCommand):
+    help = "Delete finished commands, deliveries and audit rows older than their retention, in batches."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--older-than", help="one cutoff for every table (30d, 12h, 90m); default per table"
+        )
+        parser.add_argument("--batch", type=int, default=retention.DEFAULT_BATCH, help="rows per transaction")
+        parser.add_argument(
+            "--pause", type=float, default=retention.DEFAULT_PAUSE_S, help="seconds between batches"
+        )
+        parser.add_argument("--only", action="append", choices=[t.name for t in retention.tables()])
+        parser.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+
+    def handle(self, *args, **options):
+        if not 1 <= options["batch"] <= 50_000:
+            raise CommandError("--batch must be between 1 and 50000.")
+        if options["pause"] < 0:
+            raise CommandError("--pause cannot be negative.")
+        older_than = parse_age(options["older_than"]) if options["older_than"] else None
+        report = retention.prune(
+            older_than=older_than,
+            batch=options["batch"],
+            pause_s=options["pause"],
+            only=options["only"],
+            dry_run=options["dry_run"],
+            progress=self.progress if sys.stdout.isatty() and options["verbosity"] > 0 else None,
+        )
+        if sys.stdout.isatty():
+            self.stdout.write("")
+        prefix = "would have " if options["dry_run"] else ""
+        self.stdout.write(prefix + report.line())
+
+    def progress(self, table: str, count: int) -> None:
+        self.stdout.write(f"\r{table}: -{count}", ending="")
+        self.stdout.flush()
