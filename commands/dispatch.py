@@ -4,12 +4,13 @@
   ``retry.decide``. Taken: ``→ queued`` by a conditional update and one item on the ``commands``
   queue. Skipped: the reason is written on the command and it stays where it is; a reason only a
   person can change (``never``, ``not-idempotent``, ...) parks it outside the sweep's query.
-* **consume** — claim items and hand them to a bounded pool of sender threads
-  (``ANKUSA_DISPATCH_CONCURRENCY``, at most ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector),
-  because a send waits on the receiver, not on us. A sender wins ``queued → dispatching`` for the
-  attempt number the sweep gave the command (one conditional UPDATE) and sends at once; a recorder
-  thread writes each batch of outcomes — attempt rows, next states, queue items done — in one
-  transaction.
+* **consume** — claim items for a bounded pool of sender threads (``ANKUSA_DISPATCH_CONCURRENCY``,
+  at most ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector), because a send waits on the receiver,
+  not on us. A free sender takes the next claimed command itself, wins ``queued → dispatching``
+  for the attempt number the sweep gave it (a conditional UPDATE, shared with the senders that
+  ask at the same moment) and sends at once; a recorder thread writes each batch of outcomes —
+  attempt rows, next states, queue items done — in one transaction. A round sweeps in a thread
+  of its own while it drains, so sending starts with the first committed sweep batch.
 * **recover** — a command still ``dispatching`` longer than the visibility timeout lost its worker
   (the system check E002 keeps a live send shorter than that): it becomes ``failed`` with **no**
   outlook, because nobody knows whether it went out, so a non-idempotent connector is never sent
@@ -430,7 +431,11 @@ class _Starts:
         self.running = 0
 
     def start(self, entry: _Entry, now: datetime) -> bool:
-        """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`)."""
+        """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`).
+
+        A shared statement stamps its commands with the ``now`` of the sender that makes it,
+        milliseconds from each sender's own.
+        """
         ask = _Ask(entry)
         with self.lock:
             leads = self.running < self.at_once

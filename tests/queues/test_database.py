@@ -1,5 +1,5 @@
-"""What only the database backend promises: it joins the caller's transaction, and its claim is
-one statement served by one partial index."""
+"""What only the database backend promises: it joins the caller's transaction, its claim is one
+statement served by one partial index, and its done finds rows by primary key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from queues.backends.database import CLAIM_SQL_POSTGRESQL, DatabaseFIFO
+from queues.backends.database import CLAIM_SQL_POSTGRESQL, DONE_SQL, DatabaseFIFO
 from queues.models import QueueItem
 
 
@@ -76,3 +76,21 @@ def test_postgresql_claim_is_one_statement_on_the_main_order_index(postgres):
         cursor.execute("RESET enable_seqscan")
     assert "queueitem_main_order" in plan
     assert "LockRows" in plan
+
+
+def test_postgresql_done_finds_rows_by_primary_key_not_by_scanning_busy(postgres):
+    queue = DatabaseFIFO("jobs")
+    queue.enqueue(*range(3000))
+    queue.claim(2970)  # parked in busy
+    items = queue.claim(30)
+    tokens = [(item.id, item.claims) for item in items]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE queues_queueitem")
+        cursor.execute(
+            "EXPLAIN " + DONE_SQL.format(ids=", ".join(["%s"] * 30), tokens=", ".join(["(%s, %s)"] * 30)),
+            [pk for pk, _ in tokens] + ["jobs"] + [value for token in tokens for value in token],
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "queues_queueitem_pkey" in plan
+    assert "queueitem_busy_claimed" not in plan
+    assert queue.done(*items) == 30
