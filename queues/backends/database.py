@@ -12,17 +12,18 @@ turns, which is all SQLite offers, and a claim holds the lock for three small st
 connection): intake writes its commands and their queue items in one transaction, and a rollback
 there leaves no item behind. It never commits on its own inside one.
 
-``done`` is one ``DELETE … RETURNING`` per call whatever the number of items: it finds the rows by
-primary key and keeps only those still busy under the caller's claim, a ``(id, claims) IN (VALUES
-…)`` row-value test (a hash semi-join on PostgreSQL, a lookup in a temporary index on SQLite)
+``done`` is one ``DELETE … RETURNING`` per call (per 1,000 items): it finds the rows by primary
+key and keeps only those still busy under the caller's claim, a ``(id, claims) IN (VALUES …)``
+row-value test (a hash semi-join on PostgreSQL, a lookup in a temporary index on SQLite)
 rather than one OR'd condition per item. A concurrent recovery cannot slip in between the check
 and the delete: it is one statement, and PostgreSQL re-checks a row changed under it before
 deleting. Recovery, requeue and failure are conditional on the same claim, checked under a row
 lock.
 
-The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL and build ``Item``
-values straight from the rows: the ORM's per-row model instances and per-field preparation cost
-more CPU than the statements themselves, and the dispatch loop runs them once per command.
+The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL, and the claim builds
+``Item`` values straight from its rows: the ORM's per-row model instances and per-field
+preparation cost more CPU than the statements themselves, and the dispatch loop runs them once
+per command.
 
 What it does NOT do: ``length`` counts rows (through the partial indexes) rather than reading a
 counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot path; and a waiting
