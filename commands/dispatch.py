@@ -46,6 +46,8 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from ankusa_site import metrics
+from ankusa_site.logs import log_event
 from commands import adapters, retry
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
@@ -166,6 +168,8 @@ def sweep(
             for reason, ids in skipped.items():
                 Command.objects.filter(pk__in=ids).update(skip_reason=reason, skip_decided_at=now)
                 summary.skipped[reason] += len(ids)
+                # Once per decision: a parked reason leaves the command out of later sweeps.
+                log_event(logger, "skipped", reason=reason, count=len(ids), commands=ids[:20])
             summary.taken += len(payloads)
             enqueue_with_commit(queue, payloads)
         if len(rows) < batch:
@@ -337,7 +341,33 @@ def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) ->
         results.update(State.SUCCEEDED.value if one.outcome.ok else State.FAILED.value for one in recorded)
         if items:
             with_commit(queue, lambda: queue.done(*items))
+        transaction.on_commit(lambda: report_sends(recorded))
     return results
+
+
+def report_sends(recorded: list[Sent]) -> None:
+    """One log line per stored send (``dispatched`` or ``dispatch_failed`` with its outlook), and
+    ``ankusa_dispatch_attempts_total`` / ``_latency_seconds`` — once the outcomes are committed."""
+    for one in recorded:
+        kind = one.command.connector.kind
+        outcome, seconds = one.outcome, (one.finished - one.started).total_seconds()
+        metrics.DISPATCH_ATTEMPTS.labels(
+            kind=kind, outcome="ok" if outcome.ok else "failed", outlook=outcome.outlook or ""
+        ).inc()
+        metrics.DISPATCH_LATENCY.labels(kind=kind).observe(seconds)
+        fields = {"command": one.command.pk, "connector": one.command.connector_id, "attempt": one.attempt}
+        if outcome.ok:
+            log_event(logger, "dispatched", **fields, status=outcome.status, ms=round(seconds * 1000, 1))
+        else:
+            log_event(
+                logger,
+                "dispatch_failed",
+                level=logging.WARNING,
+                **fields,
+                status=outcome.status,
+                outlook=outcome.outlook or "unknown",
+                error_class=outcome.error_class,
+            )
 
 
 def insert_attempts(sent: list[Sent]) -> None:
@@ -886,4 +916,6 @@ def run_round(dispatcher: Dispatcher, *, max_seconds: float | None = None) -> Ro
         sweeper.join()
     if failed:
         raise failed[0]
-    return RoundSummary(recovered, swept[0], drained, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    metrics.DISPATCH_ROUND.observe(seconds)
+    return RoundSummary(recovered, swept[0], drained, seconds)

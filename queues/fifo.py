@@ -45,6 +45,7 @@ from typing import Any, Literal
 from django.conf import settings
 from django.utils import timezone
 
+from ankusa_site import metrics
 from ankusa_site.logs import log_event
 
 Kind = Literal["main", "busy", "failed"]
@@ -166,7 +167,6 @@ class ReliableFIFO(abc.ABC):
 
     # --- recovery and the failed list ---------------------------------------------------------------
 
-    @abc.abstractmethod
     def handle_expired(
         self, older_than: timedelta | None = None, action: Action = "requeue", *, limit: int | None = None
     ) -> list[Item]:
@@ -174,8 +174,21 @@ class ReliableFIFO(abc.ABC):
 
         ``requeue`` counts towards the requeue limit like ``requeue``; ``fail`` moves them to failed;
         ``drop`` deletes them. Returns the items touched, as they were while busy, oldest claim
-        first; at most ``limit`` of them. Never scans the whole busy set.
+        first; at most ``limit`` of them. Never scans the whole busy set. Counted in
+        ``ankusa_queue_recovered_total{queue,action}``.
         """
+        if action not in ACTIONS:
+            raise ValueError(f"action must be one of {ACTIONS}.")
+        touched = self._handle_expired(older_than, action, limit=limit)
+        if touched:
+            metrics.QUEUE_RECOVERED.labels(queue=self.name, action=action).inc(len(touched))
+        return touched
+
+    @abc.abstractmethod
+    def _handle_expired(
+        self, older_than: timedelta | None, action: Action, *, limit: int | None
+    ) -> list[Item]:
+        """The backend's recovery, ``action`` already checked (see ``handle_expired``)."""
 
     @abc.abstractmethod
     def requeue_failed(

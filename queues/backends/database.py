@@ -40,7 +40,6 @@ from django.db import connections, transaction
 from django.db.models import F, Max, Min
 
 from queues.fifo import (
-    ACTIONS,
     Action,
     Item,
     Kind,
@@ -252,13 +251,11 @@ class DatabaseFIFO(ReliableFIFO):
 
     # --- recovery and the failed list ---------------------------------------------------------------
 
-    def handle_expired(
-        self, older_than: timedelta | None = None, action: Action = "requeue", *, limit: int | None = None
+    def _handle_expired(
+        self, older_than: timedelta | None, action: Action, *, limit: int | None
     ) -> list[Item]:
         now = self.clock()
         cutoff = now - (self.visibility_timeout if older_than is None else older_than)
-        if action not in ACTIONS:
-            raise ValueError(f"action must be one of {ACTIONS}.")
         error = f"claim expired (held longer than {(now - cutoff).total_seconds():g} s)"
         touched: list[Item] = []
         while limit is None or len(touched) < limit:

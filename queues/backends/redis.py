@@ -43,7 +43,6 @@ from django_redis import get_redis_connection
 from redis.exceptions import NoScriptError
 
 from queues.fifo import (
-    ACTIONS,
     Action,
     Item,
     Kind,
@@ -399,11 +398,9 @@ class RedisFIFO(ReliableFIFO):
 
     # --- recovery and the failed list ---------------------------------------------------------------
 
-    def handle_expired(
-        self, older_than: timedelta | None = None, action: Action = "requeue", *, limit: int | None = None
+    def _handle_expired(
+        self, older_than: timedelta | None, action: Action, *, limit: int | None
     ) -> list[Item]:
-        if action not in ACTIONS:
-            raise ValueError(f"action must be one of {ACTIONS}.")
         now = self.clock()
         older_than = self.visibility_timeout if older_than is None else older_than
         error = f"claim expired (held longer than {older_than.total_seconds():g} s)"
