@@ -9,6 +9,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from tests.servers import Node
 from tests.services import database_url, require_service, tcp_reachable
 
 
@@ -78,3 +79,24 @@ def service_env():
 @pytest.fixture
 def python():
     return sys.executable
+
+
+@pytest.fixture
+def start_node(service_env, tmp_path):
+    """Start gunicorn nodes on free ports with this test's database and Redis; stopped after."""
+    nodes = []
+
+    def start(workers: int = 2, threads: int = 8, args: tuple = (), **env: str) -> Node:
+        node = Node(
+            {**service_env, **env},
+            tmp_path / f"gunicorn-{len(nodes)}.log",
+            workers=workers,
+            threads=threads,
+            args=args,
+        )
+        nodes.append(node)
+        return node
+
+    yield start
+    for node in nodes:
+        node.stop()

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -24,93 +20,9 @@ from django.db import connection
 from commands.models import Command, Delivery
 from limits.models import Tenant
 from tests.commands.conftest import github_headers
-from tests.limits.conftest import free_port, silent_socket, start_private_redis  # noqa: F401 - fixtures
+from tests.limits.conftest import silent_socket, start_private_redis  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-BODY = b'{"order": "A-1", "action": "ship"}'
-
-
-class Node:
-    """One gunicorn serving the site on a free port, with this test's database and Redis."""
-
-    def __init__(self, env: dict, log_path, *, workers: int = 2, threads: int = 8):
-        self.port = free_port()
-        self.log = open(log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "ankusa_site.wsgi", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", str(workers), "--threads", str(threads), "--graceful-timeout", "2"],
-            cwd=settings.BASE_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while self.request("GET", "/readyz")[0] != 200:
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn on {self.port} did not start: see {log_path}")
-            time.sleep(0.1)
-
-    def request(
-        self, method: str, path: str, body: bytes | None = None, headers: dict | None = None, timeout=30
-    ):
-        """``(status, json or None, headers)``; status 0 when the connection failed."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            response = conn.getresponse()
-            raw = response.read()
-            try:
-                data = json.loads(raw)
-            except ValueError:
-                data = None
-            return response.status, data, dict(response.getheaders())
-        except (OSError, http.client.HTTPException):
-            return 0, None, {}
-        finally:
-            conn.close()
-
-    def hook(self, delivery: str, body: bytes = BODY, **headers):
-        signed = {"Content-Type": "application/json", **github_headers(body, delivery), **headers}
-        return self.request("POST", "/hooks/acme/orders/", body, signed)
-
-    def workers(self) -> list[int]:
-        path = f"/proc/{self.process.pid}/task/{self.process.pid}/children"
-        with open(path) as children:
-            return [int(pid) for pid in children.read().split()]
-
-    def kill(self) -> None:
-        """SIGKILL to the master and its workers: no handler runs, nothing is cleaned up."""
-        pids = self.workers()
-        self.process.kill()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
-
-
-@pytest.fixture
-def start_node(service_env, tmp_path):
-    nodes = []
-
-    def start(workers: int = 2, threads: int = 8, **env: str) -> Node:
-        node = Node(
-            {**service_env, **env}, tmp_path / f"gunicorn-{len(nodes)}.log", workers=workers, threads=threads
-        )
-        nodes.append(node)
-        return node
-
-    yield start
-    for node in nodes:
-        node.stop()
 
 
 @pytest.fixture

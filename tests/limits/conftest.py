@@ -12,6 +12,7 @@ import redis
 from django.conf import settings
 
 from limits.store import LocalStore, RedisStore, forget_store
+from tests.servers import free_port
 from tests.services import require_service
 
 START_US = 1_800_000_000_000_000  # 2027-01-15, a fixed instant so answers never depend on the day
@@ -59,12 +60,6 @@ def redis_store(redis_client, clock):
 def store(request):
     """The contract suite runs once against each implementation, with the same injected clock."""
     return request.getfixturevalue(f"{request.param}_store")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PrivateRedis:

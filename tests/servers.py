@@ -1,0 +1,93 @@
+"""A real gunicorn serving the site, for tests that need what only a real server does: several
+worker processes, raw sockets, a node that can be killed."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+
+BODY = b'{"order": "A-1", "action": "ship"}'
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Node:
+    """One gunicorn serving the site on a free port, with this test's database and Redis."""
+
+    def __init__(self, env: dict, log_path, *, workers: int = 2, threads: int = 8, args: tuple = ()):
+        self.port = free_port()
+        self.log = open(log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "ankusa_site.wsgi", "--bind", f"127.0.0.1:{self.port}",
+             "--config", "python:ankusa_site.gunicorn_conf",
+             "--workers", str(workers), "--threads", str(threads), "--graceful-timeout", "2", *args],
+            cwd=settings.BASE_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while self.request("GET", "/readyz")[0] != 200:
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(f"gunicorn on {self.port} did not start: see {log_path}")
+            time.sleep(0.1)
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict | None = None, timeout=30
+    ):
+        """``(status, json or None, headers)``; status 0 when the connection failed."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            raw = response.read()
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = None
+            return response.status, data, dict(response.getheaders())
+        except (OSError, http.client.HTTPException):
+            return 0, None, {}
+        finally:
+            conn.close()
+
+    def hook(self, delivery: str, body: bytes = BODY, **headers):
+        """POST a GitHub-signed webhook to the ``acme/orders`` source of ``tests/commands``."""
+        from tests.commands.conftest import github_headers
+
+        signed = {"Content-Type": "application/json", **github_headers(body, delivery), **headers}
+        return self.request("POST", "/hooks/acme/orders/", body, signed)
+
+    def workers(self) -> list[int]:
+        path = f"/proc/{self.process.pid}/task/{self.process.pid}/children"
+        with open(path) as children:
+            return [int(pid) for pid in children.read().split()]
+
+    def kill(self) -> None:
+        """SIGKILL to the master and its workers: no handler runs, nothing is cleaned up."""
+        pids = self.workers()
+        self.process.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
