@@ -338,7 +338,22 @@ class Command(models.Model):
     )
     approved_at = models.DateTimeField(null=True, blank=True)
     resent_from = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resent_as"
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="resent_as",
+        help_text="The command this one was made from (make-a-new-command).",
+    )
+    resend_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,  # the partial index below: only the few rows with a resend pending
+        help_text="Set while a person's resend waits for its send: the sweep takes it at its due time "
+        "whatever the retry decision says, once; the send's outcome clears it.",
     )
     delivery = models.ForeignKey(
         Delivery, on_delete=models.PROTECT, null=True, blank=True, related_name="commands"
@@ -348,6 +363,12 @@ class Command(models.Model):
     objects = CommandQuerySet.as_manager()
 
     class Meta:
+        permissions = [
+            ("approve_command", "Can approve a draft command"),
+            ("resend_command", "Can resend a failed command"),
+            ("resend_override_command", "Can resend a non-idempotent or unknown-outcome command"),
+            ("cancel_command", "Can cancel a command"),
+        ]
         constraints = [
             # A REST client's Idempotency-Key: one command per key and tenant, whatever the claim
             # store said. Only for API submissions (no source): a webhook's fan-out gives several
@@ -375,6 +396,10 @@ class Command(models.Model):
                 fields=["state_changed_at"],
                 name="commands_in_flight_idx",
                 condition=Q(state__in=[State.QUEUED, State.DISPATCHING]),
+            ),
+            # The pending resends (a user's deletion looks them up); a handful, never the whole table.
+            models.Index(
+                fields=["resend_by"], name="commands_resend_idx", condition=Q(resend_by__isnull=False)
             ),
             # A connector's after-fix commands, made due when the connector is saved.
             models.Index(
@@ -418,3 +443,42 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of command {self.command_id}"
+
+
+class FailedCommand(Command):
+    """The failed-command list of the admin: the same rows, a list of their own."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "failed command"
+
+
+class AuditEntry(models.Model):
+    """One staff action (admin or API): who, when, what, why, on which commands, and how it went."""
+
+    class Action(models.TextChoices):
+        APPROVE = "approve", "approve"
+        RESEND = "resend", "resend"
+        RESEND_OVERRIDE = "resend-override", "resend with override"
+        CANCEL = "cancel", "cancel"
+        NEW_COMMAND = "new-command", "make a new command"
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    username = models.CharField(max_length=150, help_text="Kept when the user is deleted.")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    via = models.CharField(max_length=8, choices=[("admin", "admin"), ("api", "API")])
+    reason = models.TextField(blank=True)
+    count = models.PositiveIntegerField(help_text="Commands the action was asked for.")
+    done = models.PositiveIntegerField(help_text="Commands it changed.")
+    result = models.JSONField(default=dict, blank=True, help_text="What happened to the others, by reason.")
+    commands = models.ManyToManyField(Command, related_name="audit_entries", blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.username} at {self.at:%Y-%m-%d %H:%M:%S}"
