@@ -18,9 +18,24 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
 
 from commands import adapters
-from commands.models import Attempt, Command, Connector, Delivery, Source
+from commands.admin_actions import CommandActions
+from commands.admin_lists import (
+    AgeFilter,
+    AuditEntryFilter,
+    CappedPaginator,
+    ErrorClassFilter,
+    SkipReasonFilter,
+    age,
+    pretty_json,
+    reason_badge,
+    short_error,
+)
+from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, FailedCommand, Source
+from commands.states import State
 
 
 class ConnectorForm(forms.ModelForm):
@@ -184,37 +199,311 @@ STATE_FIELDS = [
     "resent_from",
     "created_at",
 ]
+# The detail page's read-only views of a command: why it waits, its payload, where it goes, its
+# attempts across resends, and what staff did to it.
+DETAIL_FIELDS = ["why", "age", "connector_link", "pretty_payload", "history", "audit"]
+# A resend chain longer than this is shown cut: no person makes 50 copies of one instruction.
+MAX_CHAIN = 50
+AUDIT_SHOWN = 20
+
+
+def resend_chain(command: Command) -> list[Command]:
+    """The copies made from one another around ``command``: its first original, then every copy made
+    from it (breadth-first, oldest first). One query per step; bounded by ``MAX_CHAIN``."""
+    root, seen = command, {command.pk}
+    while root.resent_from_id is not None and root.resent_from_id not in seen and len(seen) < MAX_CHAIN:
+        root = Command.objects.get(pk=root.resent_from_id)
+        seen.add(root.pk)
+    chain, frontier = [root], [root.pk]
+    while frontier and len(chain) < MAX_CHAIN:
+        children = list(Command.objects.filter(resent_from__in=frontier).order_by("id")[:MAX_CHAIN])
+        children = [child for child in children if child.pk not in {c.pk for c in chain}]
+        chain.extend(children)
+        frontier = [child.pk for child in children]
+    return chain[:MAX_CHAIN]
+
+
+class CommandDetail:
+    """The read-only parts of a command's page (both the command and the failed-command admin)."""
+
+    @admin.display(description="why it waits")
+    def why(self, command: Command):
+        return reason_badge(command) if command.pk else "-"
+
+    @admin.display(description="age")
+    def age(self, command: Command) -> str:
+        return age(command.created_at)
+
+    @admin.display(description="connector")
+    def connector_link(self, command: Command):
+        if not command.connector_id:
+            return "-"
+        connector = command.connector
+        problems = "; ".join(adapters.problems(connector)) or "none found"
+        return format_html(
+            '<a href="{}">{}</a> — edit it to fix its configuration (problems: {}). Saving it makes its '
+            "after-fix commands due at once.",
+            reverse("admin:commands_connector_change", args=[connector.pk]),
+            connector,
+            problems,
+        )
+
+    @admin.display(description="payload")
+    def pretty_payload(self, command: Command):
+        return pretty_json(command.payload)
+
+    @admin.display(description="attempts, across resends")
+    def history(self, command: Command):
+        if command.pk is None:
+            return "-"
+        chain = resend_chain(command)
+        attempts = {}
+        for attempt in Attempt.objects.filter(command__in=[c.pk for c in chain]).order_by(
+            "command", "number"
+        ):
+            attempts.setdefault(attempt.command_id, []).append(attempt)
+        rows = []
+        for copy in chain:
+            link = format_html(
+                '<a href="{}">command {}</a>{}',
+                reverse("admin:commands_command_change", args=[copy.pk]),
+                copy.pk,
+                " (this one)" if copy.pk == command.pk else "",
+            )
+            origin = f"copy of {copy.resent_from_id}" if copy.resent_from_id else "original"
+            rows.append(
+                format_html(
+                    '<tr class="ankusa-chain"><th colspan="8">{} — {}, {}, {} attempt(s)</th></tr>',
+                    link,
+                    origin,
+                    copy.state,
+                    copy.attempts,
+                )
+            )
+            for a in attempts.get(copy.pk, []):
+                outcome = "ok" if a.ok else ("failed" if a.ok is False else "unknown")
+                rows.append(
+                    format_html(
+                        "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                        "<td><code>{}</code></td><td>{}</td></tr>",
+                        a.number,
+                        a.started_at,
+                        a.finished_at or "-",
+                        outcome,
+                        a.outlook or "-",
+                        a.status_code or "-",
+                        a.error_class or "-",
+                        Truncator(a.error_message).chars(300),
+                    )
+                )
+        header = format_html(
+            "<tr>{}</tr>",
+            format_html_join(
+                "",
+                "<th>{}</th>",
+                [
+                    (h,)
+                    for h in ["#", "started", "finished", "outcome", "outlook", "status", "error", "message"]
+                ],
+            ),
+        )
+        return format_html(
+            '<table class="ankusa-history">{}{}</table>',
+            header,
+            format_html_join("", "{}", [(r,) for r in rows]),
+        )
+
+    @admin.display(description="audit log")
+    def audit(self, command: Command):
+        if command.pk is None:
+            return "-"
+        entries = list(command.audit_entries.order_by("-at", "-id")[:AUDIT_SHOWN])
+        if not entries:
+            return "no staff action yet"
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                '<li><a href="{}">{}</a>: {} {}{}</li>',
+                [
+                    (
+                        reverse("admin:commands_auditentry_change", args=[entry.pk]),
+                        entry,
+                        f"{entry.done} of {entry.count} changed",
+                        f"via {entry.via}",
+                        f" — {entry.reason}" if entry.reason else "",
+                    )
+                    for entry in entries
+                ],
+            ),
+        )
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = dict(extra_context or {})
+        if self.has_new_command_permission(request) and str(object_id).isdigit():
+            extra_context["new_command_url"] = reverse(self._url_name("new_command"), args=[object_id])
+        return super().change_view(request, object_id, form_url, extra_context)
+
+
+COMMAND_COLUMNS = [
+    "id",
+    "tenant",
+    "connector",
+    "state",
+    "why_badge",
+    "last_outlook",
+    "attempts",
+    "next_check",
+]
 
 
 @admin.register(Command)
-class CommandAdmin(admin.ModelAdmin):
-    list_display = [
-        "id",
-        "tenant",
-        "connector",
-        "state",
-        "skip_reason",
-        "last_outlook",
-        "attempts",
-        "next_attempt_at",
-        "created_at",
-    ]
-    list_filter = ["state", "skip_reason", "last_outlook"]
+class CommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
+    list_display = [*COMMAND_COLUMNS, "created_at"]
+    list_filter = ["state", SkipReasonFilter, "last_outlook", AuditEntryFilter]
     list_select_related = ["tenant", "connector"]
     search_fields = ["=id", "idempotency_key"]
     raw_id_fields = ["connector", "source", "delivery"]
     autocomplete_fields = ["tenant"]
     show_full_result_count = False
-    inlines = [AttemptInline]
+    paginator = CappedPaginator
+    actions = ["approve_selected", "resend_selected", "cancel_selected", "new_command_selected"]
 
     def get_readonly_fields(self, request, obj=None):
         # A new command starts approved (the sweep takes it); after that, only the loop moves it.
         if obj is None:
             return STATE_FIELDS
-        return ["tenant", "connector", "source", "delivery", "idempotency_key", "payload", *STATE_FIELDS]
+        return ["tenant", "connector", "source", "delivery", "idempotency_key", *DETAIL_FIELDS, *STATE_FIELDS]
 
     def get_fields(self, request, obj=None):
-        return ["tenant", "connector", "source", "delivery", "idempotency_key", "payload", *STATE_FIELDS]
+        if obj is None:
+            return ["tenant", "connector", "source", "delivery", "idempotency_key", "payload", *STATE_FIELDS]
+        return ["tenant", "connector", "source", "delivery", "idempotency_key", *DETAIL_FIELDS, *STATE_FIELDS]
+
+    @admin.display(description="why it waits")
+    def why_badge(self, command: Command):
+        return reason_badge(command)
+
+    @admin.display(description="next check", ordering="next_attempt_at")
+    def next_check(self, command: Command):
+        return command.next_attempt_at or "-"
+
+
+@admin.register(FailedCommand)
+class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
+    """The failed-command list: why each waits and what to do, cheap on 100,000+ rows.
+
+    Ordered by the partial index ``commands_failed_idx`` (skip_reason, -id) WHERE state = failed, so
+    the first page (and each skip-reason filter) is an index range scan; the count is capped
+    (``CappedPaginator``); every column reads the row and its tenant and connector (one join).
+    """
+
+    list_display = [
+        "id",
+        "tenant",
+        "connector",
+        "state",
+        "why_badge",
+        "last_outlook",
+        "attempts",
+        "next_check",
+        "error",
+        "age",
+    ]
+    list_filter = [
+        SkipReasonFilter,
+        "tenant",
+        "connector",
+        "last_outlook",
+        ErrorClassFilter,
+        AgeFilter,
+        AuditEntryFilter,
+    ]
+    list_select_related = ["tenant", "connector"]
+    search_fields = ["=id", "=idempotency_key", "last_error", "last_error_class"]
+    ordering = ["skip_reason", "-id"]
+    show_full_result_count = False
+    paginator = CappedPaginator
+    list_per_page = 100
+    actions = ["resend_selected", "cancel_selected", "new_command_selected"]
+    fields = ["tenant", "connector", "source", "delivery", "idempotency_key", *DETAIL_FIELDS, *STATE_FIELDS]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(state=State.FAILED)
+
+    def has_add_permission(self, request) -> bool:
+        return False  # commands come from intake, the API or the command list
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="why it waits")
+    def why_badge(self, command: Command):
+        return reason_badge(command)
+
+    @admin.display(description="next check", ordering="next_attempt_at")
+    def next_check(self, command: Command):
+        return command.next_attempt_at or "-"
+
+    @admin.display(description="last error")
+    def error(self, command: Command):
+        return short_error(command)
+
+
+# An audit entry links each of its commands only up to this many; beyond, the count and a link to
+# the command list filtered by the entry (a bulk resend may touch 100,000 commands).
+AUDIT_LINKED = 50
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(HistoryOnly, admin.ModelAdmin):
+    """What staff did, read-only: written by ``commands.actions``, never edited or deleted here."""
+
+    list_display = [
+        "at",
+        "username",
+        "action",
+        "via",
+        "short_reason",
+        "count",
+        "done",
+        "outcome",
+        "commands_link",
+    ]
+    list_filter = ["action", "via", ("user", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["username", "reason"]
+    date_hierarchy = "at"
+    show_full_result_count = False
+    fields = ["at", "username", "user", "action", "via", "reason", "count", "done", "outcome", "command_list"]
+    readonly_fields = fields
+
+    @admin.display(description="reason")
+    def short_reason(self, entry: AuditEntry) -> str:
+        return Truncator(entry.reason).chars(80) or "-"
+
+    @admin.display(description="result")
+    def outcome(self, entry: AuditEntry) -> str:
+        if not entry.result:
+            return "-"
+        return "; ".join(f"{key}: {value}" for key, value in entry.result.items())
+
+    @admin.display(description="commands")
+    def commands_link(self, entry: AuditEntry):
+        url = reverse("admin:commands_command_changelist") + f"?audit={entry.pk}"
+        return format_html('<a href="{}">{} command(s)</a>', url, entry.count)
+
+    @admin.display(description="commands")
+    def command_list(self, entry: AuditEntry):
+        ids = list(entry.commands.order_by("id").values_list("id", flat=True)[: AUDIT_LINKED + 1])
+        links = format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            [(reverse("admin:commands_command_change", args=[pk]), pk) for pk in ids[:AUDIT_LINKED]],
+        )
+        url = reverse("admin:commands_command_changelist") + f"?audit={entry.pk}"
+        more = f" and more: {entry.count} in all" if len(ids) > AUDIT_LINKED else ""
+        return format_html('{}{} — <a href="{}">list them</a>', links or "none", more, url)
 
 
 @admin.register(Attempt)
