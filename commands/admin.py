@@ -484,9 +484,13 @@ class AuditEntryAdmin(HistoryOnly, admin.ModelAdmin):
 
     @admin.display(description="result")
     def outcome(self, entry: AuditEntry) -> str:
-        if not entry.result:
-            return "-"
-        return "; ".join(f"{key}: {value}" for key, value in entry.result.items())
+        # {"skipped": {"not failed": 2}} reads "skipped: 2 not failed"; other keys as they are.
+        parts = []
+        for key, value in (entry.result or {}).items():
+            if isinstance(value, dict):
+                value = ", ".join(f"{n} {reason}" for reason, n in value.items()) or "none"
+            parts.append(f"{key}: {value}")
+        return "; ".join(parts) or "-"
 
     @admin.display(description="commands")
     def commands_link(self, entry: AuditEntry):

@@ -14,8 +14,8 @@ compare-and-set, the audit row — live there, shared with the REST API.
 * **Make a new command** works on one failed command at a time: a form with its payload as
   editable JSON; the original is cancelled and linked from the copy.
 
-What this does not do: spread a bulk resend over time. Resent commands are due at once and the
-dispatch loop's per-connector cap and batch size pace them (``commands.actions`` decides the rest).
+Pacing is the domain's: a bulk resend gets due times spread at ``ANKUSA_RESEND_PER_S`` with jitter
+(``commands.actions.perform``), so the page only says how many and when the first goes.
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from commands.models import Command
 from commands.states import State
 
 VERBS = {"approve": "approve", "resend": "resend", "cancel": "cancel"}
-# Reasons are kept in the audit row; this bounds what one form may put there.
-MAX_REASON_CHARS = 2000
 
 
 class PrettyJSONField(forms.JSONField):
@@ -57,7 +55,7 @@ class NewCommandForm(forms.Form):
     )
     reason = forms.CharField(
         required=False,
-        max_length=MAX_REASON_CHARS,
+        max_length=actions.MAX_REASON,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
         help_text="Why (kept in the audit log).",
     )
@@ -119,7 +117,7 @@ class CommandActions:
 
     def _confirm(self, request, queryset, action: str, name: str):
         override = action == "resend" and request.POST.get("override") == "on"
-        reason = request.POST.get("reason", "").strip()[:MAX_REASON_CHARS]
+        reason = request.POST.get("reason", "")  # perform refuses one too long, with the limit
         error = None
         if request.method == "POST" and request.POST.get("confirmed") == "yes":
             try:
