@@ -1,12 +1,17 @@
-"""Admin for connectors, sources, commands and attempts — minimal, correct, and never leaking secrets.
+"""Admin for connectors, sources, commands, attempts and the staff audit log — never leaking secrets.
 
 A connector's credential is write-only: the form never renders it, an empty field keeps the one
-stored, and lists show only "set" / "not set". A source's signing secrets likewise: a new one is
-added to the front of the list, old ones are removed by ticking them (each shown only by position
-and a fingerprint keyed with the site's secret key), and the verifier is checked when saved.
-Deliveries are history, like attempts. A command's state fields are read-only here,
-because a state changes only through ``commands.states`` (the failed-command list with its
-actions is a later issue); attempts are history and cannot be added, edited or deleted.
+stored, and lists show only "set" / "not set"; someone who may only view does not get the field at
+all (Django would print a read-only field's value). A source's signing secrets likewise: a new one
+is added to the front of the list, old ones are removed by ticking them (each shown only by
+position and a fingerprint keyed with the site's secret key), and the verifier is checked when
+saved. Deliveries and attempts are history.
+
+Commands: a state changes only through ``commands.actions`` (approve, resend, cancel, make a new
+command — ``admin_actions``), never through the form. The failed-command list (``FailedCommand``)
+says why each command waits and what to do (``admin_lists``); a command's page shows its attempts
+across resend copies, its payload, the connector to fix and the audit rows touching it. The audit
+list is read-only.
 """
 
 from __future__ import annotations
@@ -36,6 +41,21 @@ from commands.admin_lists import (
 )
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, FailedCommand, Source
 from commands.states import State
+
+SECRET_FIELDS = ["secret", "clear_secret"]
+
+
+def without_secrets(model_admin, request, obj, fieldsets, secret_fields):
+    """The fieldsets minus the write-only fields for someone who may only view: Django shows a
+    read-only field's stored value, and a credential is never shown back, to anyone."""
+    if model_admin.has_change_permission(request, obj) or (
+        obj is None and model_admin.has_add_permission(request)
+    ):
+        return fieldsets
+    return [
+        (name, {**options, "fields": [f for f in options["fields"] if f not in secret_fields]})
+        for name, options in fieldsets
+    ]
 
 
 class ConnectorForm(forms.ModelForm):
@@ -78,6 +98,9 @@ class ConnectorAdmin(admin.ModelAdmin):
         ("Credential", {"fields": ["secret_header", "secret_set", "secret", "clear_secret"]}),
         (None, {"fields": ["updated_at"]}),
     ]
+
+    def get_fieldsets(self, request, obj=None):
+        return without_secrets(self, request, obj, super().get_fieldsets(request, obj), SECRET_FIELDS)
 
     @admin.display(description="secret")
     def secret_set(self, obj: Connector) -> str:
@@ -148,6 +171,11 @@ class SourceAdmin(admin.ModelAdmin):
         ),
         ("Dedupe", {"fields": ["dedupe_key"]}),
     ]
+
+    def get_fieldsets(self, request, obj=None):
+        return without_secrets(
+            self, request, obj, super().get_fieldsets(request, obj), ["verifier_secrets", "remove_secrets"]
+        )
 
     @admin.display(description="secrets")
     def secrets_set(self, obj: Source) -> str:
