@@ -429,7 +429,7 @@ class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
     list_display = [
         "id",
         "tenant",
-        "connector",
+        "connector_column",
         "state",
         "why_badge",
         "last_outlook",
@@ -473,6 +473,15 @@ class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
     @admin.display(description="next check", ordering="next_attempt_at")
     def next_check(self, command: Command):
         return command.next_attempt_at or "-"
+
+    @admin.display(description="connector", ordering="connector__name")
+    def connector_column(self, command: Command):
+        # Linked to its page: the fix for an after-fix command is made there.
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:commands_connector_change", args=[command.connector_id]),
+            command.connector.name,
+        )
 
     @admin.display(description="last error")
     def error(self, command: Command):

@@ -68,7 +68,7 @@ def test_the_chart_is_inline_svg_with_no_script_and_no_outside_address(staff, ma
     assert "ok (1)" in svg and "failed: again (1)" in svg and "unknown (1)" in svg
     assert "Attempts in the last 24 hours (3)" in html
     # Offline: no script in the dashboard, and nothing in the page is fetched from another host.
-    dashboard = re.search(r'<div class="module" id="ankusa-dashboard">.*?</svg>', html, re.S).group(0)
+    dashboard = re.search(r'<div id="ankusa-dashboard">.*?</svg>', html, re.S).group(0)
     assert "<script" not in dashboard
     assert not re.search(r'(src|href)="(https?:)?//', html)
 
