@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.db import connections
 from django.utils import timezone
 
 from commands.models import Attempt, AuditEntry, Command, Connector
@@ -107,6 +108,16 @@ def world(transactional_db):
 def test_a_person_fixes_a_connector_and_resends_with_an_override_in_a_real_browser(
     world, start_node, browser
 ):
+    try:
+        walk_through(world, start_node, browser)
+    finally:
+        # Under Playwright's sync API the test body runs in a context of its own, and Django keeps
+        # a database connection per context: close it here, or PostgreSQL refuses to drop the
+        # test database at the end of the session.
+        connections.close_all()
+
+
+def walk_through(world, start_node, browser) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     node = start_node(workers=1, threads=4)
     base = f"http://127.0.0.1:{node.port}"
