@@ -23,6 +23,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
@@ -251,6 +252,11 @@ def resend_chain(command: Command) -> list[Command]:
     return chain[:MAX_CHAIN]
 
 
+def moment(value) -> str:
+    """A time as staff read it in a table: to the second, in the site's time zone."""
+    return f"{timezone.localtime(value):%Y-%m-%d %H:%M:%S}" if value else "-"
+
+
 class CommandDetail:
     """The read-only parts of a command's page (both the command and the failed-command admin)."""
 
@@ -315,8 +321,8 @@ class CommandDetail:
                         "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
                         "<td><code>{}</code></td><td>{}</td></tr>",
                         a.number,
-                        a.started_at,
-                        a.finished_at or "-",
+                        moment(a.started_at),
+                        moment(a.finished_at),
                         outcome,
                         a.outlook or "-",
                         a.status_code or "-",
@@ -368,7 +374,12 @@ class CommandDetail:
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = dict(extra_context or {})
-        if self.has_new_command_permission(request) and str(object_id).isdigit():
+        # Offered only where it can work: a failed command (one cheap query by primary key).
+        if (
+            self.has_new_command_permission(request)
+            and str(object_id).isdigit()
+            and Command.objects.filter(pk=int(object_id), state=State.FAILED).exists()
+        ):
             extra_context["new_command_url"] = reverse(self._url_name("new_command"), args=[object_id])
         return super().change_view(request, object_id, form_url, extra_context)
 

@@ -139,6 +139,7 @@ class CommandActions:
             "opts": self.opts,
             "action": name,
             "verb": VERBS[action],
+            "done_word": actions.DONE_WORDS[action],
             "plan": plan,
             "need_override": sorted(plan.need_override.items()),
             "cannot": sorted(plan.cannot.items()),

@@ -61,7 +61,8 @@ def test_choosing_resend_shows_the_dry_run_breakdown_and_changes_nothing(client,
     assert page.status_code == 200
     html = page.content.decode()
     assert 'id="ankusa-total">5<' in html
-    assert "2 will be resent" in html
+    assert "<strong>2 will be resent, 2 need an override" in html
+    assert "<li>2 will be resent</li>" in html
     assert "need an override" in html
     assert "connector not idempotent" in html
     assert "outcome unknown" in html

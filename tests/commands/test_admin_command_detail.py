@@ -124,3 +124,9 @@ def test_the_command_list_shows_why_it_waits_and_filters_like_the_failed_list(st
     page = staff.get(reverse("admin:commands_command_changelist"), {"reason": "after-fix"})
     assert {c.pk for c in page.context["cl"].result_list} == {waiting.pk}
     assert "ankusa-tone-fix" in page.content.decode()
+
+
+def test_the_new_command_link_is_offered_only_for_a_failed_command(staff, make_connector, make_command):
+    command = make_command(make_connector(kind="log"))
+    html = staff.get(reverse("admin:commands_command_change", args=[command.pk])).content.decode()
+    assert reverse("admin:commands_command_new_command", args=[command.pk]) not in html

@@ -147,6 +147,7 @@ def walk_through(world, start_node, browser) -> None:
     # Open the command, follow its connector link, and set the missing credential.
     rows.first.locator("th a").click()
     page.wait_for_selector(".field-connector_link a")
+    page.screenshot(path=str(SCREENSHOTS / "command-detail.png"), full_page=True)
     page.locator(".field-connector_link a").click()
     page.wait_for_selector("#id_secret")
     page.fill("#id_secret", "Bearer fixed-token")
@@ -168,6 +169,7 @@ def walk_through(world, start_node, browser) -> None:
     page.click("button[name=index]")
     page.wait_for_selector("#ankusa-plan")
     assert "need an override" in page.inner_text("#ankusa-plan")
+    page.screenshot(path=str(SCREENSHOTS / "resend-confirmation.png"), full_page=True)
     page.check("#id_override")
     page.fill("#id_reason", "checked the ledger: entry E-7 never arrived")
     page.click("input[value='Yes, resend']")
