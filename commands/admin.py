@@ -474,6 +474,9 @@ class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return False  # commands come from intake, the API or the command list
 
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a view: its commands change only through the actions
+
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
@@ -542,8 +545,9 @@ class AuditEntryAdmin(HistoryOnly, admin.ModelAdmin):
 
     @admin.display(description="commands")
     def commands_link(self, entry: AuditEntry):
+        # The entry links the commands it changed (``done``); ``count`` is how many were asked for.
         url = reverse("admin:commands_command_changelist") + f"?audit={entry.pk}"
-        return format_html('<a href="{}">{} command(s)</a>', url, entry.count)
+        return format_html('<a href="{}">{} changed</a> of {} asked', url, entry.done, entry.count)
 
     @admin.display(description="commands")
     def command_list(self, entry: AuditEntry):
@@ -554,7 +558,7 @@ class AuditEntryAdmin(HistoryOnly, admin.ModelAdmin):
             [(reverse("admin:commands_command_change", args=[pk]), pk) for pk in ids[:AUDIT_LINKED]],
         )
         url = reverse("admin:commands_command_changelist") + f"?audit={entry.pk}"
-        more = f" and more: {entry.count} in all" if len(ids) > AUDIT_LINKED else ""
+        more = f" and more: {entry.done} in all" if len(ids) > AUDIT_LINKED else ""
         return format_html('{}{} — <a href="{}">list them</a>', links or "none", more, url)
 
 
