@@ -134,3 +134,34 @@ def test_the_new_command_link_is_offered_only_for_a_failed_command(staff, make_c
     command = make_command(make_connector(kind="log"))
     html = staff.get(reverse("admin:commands_command_change", args=[command.pk])).content.decode()
     assert reverse("admin:commands_command_new_command", args=[command.pk]) not in html
+
+
+def test_the_audit_list_costs_the_same_queries_for_3_and_30_entries(staff, make_connector):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    command = make_failed(make_connector(url="http://127.0.0.1:9/"))
+    user = User.objects.get(username="root")
+
+    def fill(n):
+        for _ in range(n):
+            entry = AuditEntry.objects.create(
+                user=user,
+                username="root",
+                action="resend",
+                via="admin",
+                count=2,
+                done=1,
+                result={"skipped": {}},
+            )
+            entry.commands.add(command)
+
+    def queries():
+        with CaptureQueriesContext(connection) as captured:
+            assert staff.get(reverse("admin:commands_auditentry_changelist")).status_code == 200
+        return len(captured)
+
+    fill(3)
+    few = queries()
+    fill(27)
+    assert queries() == few
