@@ -33,6 +33,7 @@ from commands.admin_lists import (
     AgeFilter,
     AuditEntryFilter,
     CappedPaginator,
+    ConnectorFilter,
     ErrorClassFilter,
     SkipReasonFilter,
     age,
@@ -452,7 +453,7 @@ class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
     list_filter = [
         SkipReasonFilter,
         "tenant",
-        "connector",
+        ("connector", ConnectorFilter),
         "last_outlook",
         ErrorClassFilter,
         AgeFilter,

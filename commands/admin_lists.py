@@ -33,7 +33,7 @@ from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
 from commands.explain import SKIP_REASONS, explain
-from commands.models import Command
+from commands.models import Command, Connector
 from commands.retry import Outlook, SkipReason
 from commands.states import State
 
@@ -179,6 +179,14 @@ class AgeFilter(admin.SimpleListFilter):
         if older_than is not None:
             queryset = queryset.filter(created_at__gt=now - older_than)
         return queryset
+
+
+class ConnectorFilter(admin.RelatedFieldListFilter):
+    """By connector, named ``tenant/name`` (its own ``str`` shows the tenant's id): one query."""
+
+    def field_choices(self, field, request, model_admin):
+        connectors = Connector.objects.select_related("tenant").order_by("tenant__slug", "name")
+        return [(connector.pk, f"{connector.tenant.slug}/{connector.name}") for connector in connectors]
 
 
 class AuditEntryFilter(admin.SimpleListFilter):

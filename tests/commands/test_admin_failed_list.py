@@ -75,6 +75,8 @@ def test_each_filter_narrows_the_list(staff, tenant, make_connector):
         assert page.status_code == 200, parameter
         assert ids_on(page) == expected, parameter
     assert ids_on(staff.get(LIST, {"age": "1h"})) == {new.pk}
+    filters = staff.get(LIST).content.decode()
+    assert "acme/one" in filters and "other/two" in filters  # connectors named by tenant slug
 
 
 def test_search_finds_by_id_idempotency_key_and_error_text(staff, make_connector):
