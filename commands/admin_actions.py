@@ -107,6 +107,16 @@ class CommandActions:
             return None
         return HttpResponseRedirect(reverse(self._url_name("new_command"), args=[ids[0]]))
 
+    def response_action(self, request, queryset):
+        # Django filters by the posted ids as they come; a forged one ("abc") would be a 500.
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        if not all(value.isdigit() for value in selected):
+            self.message_user(
+                request, "The selection holds something that is not a command id.", messages.ERROR
+            )
+            return None
+        return super().response_action(request, queryset)
+
     def get_actions(self, request):
         found = super().get_actions(request)
         found.pop("delete_selected", None)  # commands leave by cancel, with an audit row, never by delete

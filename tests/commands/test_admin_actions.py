@@ -288,3 +288,25 @@ def test_new_command_from_a_selection_of_two_asks_for_one(client, mixed):
     response = choose(client, FAILED_LIST, "new_command_selected", mixed["ok"], confirmed=True)
     assert response.status_code == 302
     assert response["Location"].startswith(FAILED_LIST)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"action": "resend_selected", helpers.ACTION_CHECKBOX_NAME: ["abc"], "index": "0"},
+        {"action": "resend_selected", helpers.ACTION_CHECKBOX_NAME: ["1", "x"], "confirmed": "yes"},
+        {
+            "action": "resend_selected",
+            helpers.ACTION_CHECKBOX_NAME: ["1"],
+            "confirmed": "yes",
+            "select_across": "z",
+        },
+        {"action": "no_such_action", helpers.ACTION_CHECKBOX_NAME: ["1"], "index": "0"},
+        {"action": "resend_selected", helpers.ACTION_CHECKBOX_NAME: ["99999"], "confirmed": "yes"},
+    ],
+)
+def test_a_forged_action_post_never_gives_a_500_and_changes_nothing(client, mixed, data):
+    login_as(client, "admin")
+    before = states(everything(mixed))
+    assert client.post(FAILED_LIST, data).status_code in (200, 302)
+    assert states(everything(mixed)) == before
