@@ -297,9 +297,9 @@ def test_new_command_from_a_selection_of_two_asks_for_one(client, mixed):
         {"action": "resend_selected", helpers.ACTION_CHECKBOX_NAME: ["1", "x"], "confirmed": "yes"},
         {
             "action": "resend_selected",
-            helpers.ACTION_CHECKBOX_NAME: ["1"],
+            helpers.ACTION_CHECKBOX_NAME: ["1;2"],
             "confirmed": "yes",
-            "select_across": "z",
+            "select_across": "0",
         },
         {"action": "no_such_action", helpers.ACTION_CHECKBOX_NAME: ["1"], "index": "0"},
         {"action": "resend_selected", helpers.ACTION_CHECKBOX_NAME: ["99999"], "confirmed": "yes"},
