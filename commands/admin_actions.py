@@ -158,7 +158,8 @@ class CommandActions:
             "override": override,
             "reason": reason,
             "error": error,
-            "select_across": request.POST.get("select_across") == "1",
+            # Read as Django's action form reads it, so the page re-posts what the queryset meant.
+            "select_across": forms.BooleanField(required=False).to_python(request.POST.get("select_across")),
             "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "changelist": reverse(self._url_name("changelist")),
