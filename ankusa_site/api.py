@@ -8,9 +8,13 @@ from ``ankusa_site.urls``' handlers instead of Django's HTML pages.
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
-from rest_framework import exceptions
+from drf_spectacular.utils import extend_schema_field, inline_serializer
+from rest_framework import exceptions, serializers
 from rest_framework.views import exception_handler
+
+from ankusa_site.permissions import Access, ApiPermission  # noqa: F401 - the views' one import
 
 JSON_PREFIXES = ("/api/", "/hooks/")
 
@@ -41,3 +45,47 @@ def error(code: str, detail: str, status: int, **headers: str) -> JsonResponse:
 
 def wants_json(request) -> bool:
     return request.path.startswith(JSON_PREFIXES)
+
+
+class Conflict(exceptions.APIException):
+    status_code = 409
+    default_code = "conflict"
+    default_detail = "The request conflicts with the current state."
+
+
+def clean_model(instance, attrs: dict, *, exclude: tuple[str, ...] = ()) -> None:
+    """The model's own validation (field validators, ``clean()``, unique constraints) on ``instance``
+    with ``attrs`` applied, as DRF errors: the API refuses exactly what the admin refuses, and a
+    duplicate name is a 400 rather than an IntegrityError. Many-to-many values are not applied."""
+    for name, value in attrs.items():
+        if not isinstance(value, list | tuple) or name not in {f.name for f in instance._meta.many_to_many}:
+            setattr(instance, name, value)
+    try:
+        instance.full_clean(exclude=list(exclude))
+    except DjangoValidationError as exc:
+        raise exceptions.ValidationError(exc.message_dict) from None
+
+
+# Per field, DRF's messages: a list of strings, or nested objects for nested fields.
+@extend_schema_field({"type": "object"})
+class _FieldErrors(serializers.Field):
+    pass
+
+
+ERROR = inline_serializer(
+    "Error",
+    {
+        "error": serializers.CharField(),
+        "detail": serializers.CharField(),
+        "fields": _FieldErrors(required=False),
+    },
+)
+
+
+def storable_json(value):
+    """A validator: JSON every database stores (no NUL character, bounded depth, finite numbers)."""
+    from commands.intake import _unstorable
+
+    problem = _unstorable(value)
+    if problem:
+        raise serializers.ValidationError(problem)

@@ -43,7 +43,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ankusa_site.api import json_errors
+from ankusa_site.api import ERROR, json_errors
 from ankusa_site.logs import log_event
 from commands import event_keys, intake
 from commands.models import Command, Connector
@@ -104,7 +104,6 @@ COMMAND_ANSWER = inline_serializer(
         "created_at": serializers.DateTimeField(),
     },
 )
-ERROR = inline_serializer("Error", {"error": serializers.CharField(), "detail": serializers.CharField()})
 
 
 def summary(command: Command, status: str) -> dict:
