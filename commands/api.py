@@ -188,8 +188,15 @@ class ConnectorViewSet(Scoped, viewsets.ModelViewSet):
 # --- sources ------------------------------------------------------------------------------------
 
 
+class ConnectorIds(serializers.ListField):
+    """Written as a list of ids, read from the (prefetched) relation."""
+
+    def to_representation(self, related):
+        return sorted(connector.pk for connector in related.all())
+
+
 class SourceSerializer(Owned):
-    connectors = serializers.ListField(
+    connectors = ConnectorIds(
         child=serializers.IntegerField(min_value=1, max_value=MAX_ID),
         required=False,
         max_length=1000,
@@ -214,11 +221,6 @@ class SourceSerializer(Owned):
 
     def get_secrets_set(self, source: Source) -> int:
         return len(source.verifier_secrets or [])
-
-    def to_representation(self, source: Source) -> dict:
-        data = super().to_representation(source)
-        data["connectors"] = sorted(c.pk for c in source.connectors.all())
-        return data
 
     def validate(self, attrs: dict) -> dict:
         tenant = attrs.get("tenant") or self.instance.tenant
@@ -273,8 +275,10 @@ class SourceViewSet(Scoped, viewsets.ModelViewSet):
 
 
 def skip_explanation(command: Command) -> str | None:
-    from commands.explain import explain  # noqa: PLC0415 - lands with commands.actions
-
+    try:
+        from commands.explain import explain
+    except ImportError:  # until the lead's commands.explain lands on this branch
+        return None
     explanation = explain(command)
     return explanation.line() if explanation is not None else None
 
