@@ -231,6 +231,8 @@ ANKUSA_DISPATCH_INTERVAL_S = env_float("ANKUSA_DISPATCH_INTERVAL_S", 30.0, minim
 ANKUSA_DISPATCH_BATCH = env_int("ANKUSA_DISPATCH_BATCH", 100, minimum=1, maximum=10_000)
 ANKUSA_DISPATCH_CONCURRENCY = env_int("ANKUSA_DISPATCH_CONCURRENCY", 16, minimum=1, maximum=512)
 ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 4, minimum=1, maximum=512)
+# A bulk resend's due times are spread at this many commands per second, with jitter.
+ANKUSA_RESEND_PER_S = env_float("ANKUSA_RESEND_PER_S", 10.0, minimum=0.01, maximum=10_000)
 ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)
 ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minimum=0.01)
 

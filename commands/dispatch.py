@@ -97,7 +97,15 @@ def enqueue_with_commit(queue: ReliableFIFO, payloads: list[dict]) -> None:
 
 
 def decide_for(row: dict, now: datetime) -> retry.Decision:
-    """The retry decision for a command read as a dict (``state``, ``last_outlook``, ...)."""
+    """The retry decision for a command read as a dict (``state``, ``last_outlook``, ...).
+
+    A failed command a person resent (``resend_by``, see ``commands.actions``) is taken whatever the
+    decision would say: the person decided. Once — the send's outcome clears the mark.
+    """
+    if row.get("resend_by") is not None and row["state"] == State.FAILED:
+        return retry.Decision(
+            take=True, attempt=row["attempts"] + 1, next_attempt_at=now + retry.AGAIN_BACKOFF[0]
+        )
     return retry.decide(
         dispatchable=dispatchable(row["state"]),
         outlook=row["last_outlook"] or None,
@@ -108,7 +116,15 @@ def decide_for(row: dict, now: datetime) -> retry.Decision:
     )
 
 
-DECISION_FIELDS = ("id", "state", "last_outlook", "attempts", "next_attempt_at", "connector__idempotent")
+DECISION_FIELDS = (
+    "id",
+    "state",
+    "last_outlook",
+    "attempts",
+    "next_attempt_at",
+    "connector__idempotent",
+    "resend_by",
+)
 
 
 # --- sweep ---------------------------------------------------------------------------------------
@@ -241,6 +257,7 @@ def _next_state(sent: Sent) -> tuple[str, dict]:
     outcome = sent.outcome
     if outcome.ok:
         return Event.SUCCEED, {
+            "resend_by": None,
             "last_outlook": "",
             "last_error_class": "",
             "last_error": "",
@@ -259,7 +276,9 @@ def _next_state(sent: Sent) -> tuple[str, dict]:
         },
         sent.finished,
     )
+    # A resend is spent by its send: another failure waits for a person again.
     return Event.FAIL, {
+        "resend_by": None,
         "last_outlook": outcome.outlook or "",
         "last_error_class": outcome.error_class,
         "last_error": outcome.detail,
@@ -398,6 +417,8 @@ def insert_attempts(sent: list[Sent]) -> None:
             "error_message": one.outcome.detail if not one.outcome.ok else "",
             "response_excerpt": one.outcome.excerpt,
             **defaults,
+            "manual": one.command.resend_by_id is not None,
+            "manual_by_id": one.command.resend_by_id,
         }
         for one in sent
     ]
@@ -418,6 +439,8 @@ ATTEMPT_FIELDS = frozenset(
         "error_class",
         "error_message",
         "response_excerpt",
+        "manual",
+        "manual_by_id",
     }
 )
 
@@ -824,7 +847,7 @@ def recover(now: datetime | None = None, *, queue: ReliableFIFO | None = None) -
 
     abandoned = Command.objects.filter(state=State.DISPATCHING, state_changed_at__lt=now - visibility)
     for row in abandoned.values(*DECISION_FIELDS, "state_changed_at"):
-        decision = decide_for({**row, "state": State.FAILED, "last_outlook": None}, now)
+        decision = decide_for({**row, "state": State.FAILED, "last_outlook": None, "resend_by": None}, now)
         with transaction.atomic():
             moved = Command.objects.filter(
                 pk=row["id"], attempts=row["attempts"], state_changed_at=row["state_changed_at"]
@@ -835,6 +858,7 @@ def recover(now: datetime | None = None, *, queue: ReliableFIFO | None = None) -
                 last_outlook="",
                 last_error_class=WORKER_LOST,
                 last_error=WORKER_LOST_DETAIL,
+                resend_by=None,  # a resend is spent by its send, even one whose worker died
                 skip_reason=decision.skip or "",
                 skip_decided_at=now,
             )
@@ -846,6 +870,8 @@ def recover(now: datetime | None = None, *, queue: ReliableFIFO | None = None) -
                     finished_at=now,
                     error_class=WORKER_LOST,
                     error_message=WORKER_LOST_DETAIL,
+                    manual=row["resend_by"] is not None,
+                    manual_by_id=row["resend_by"],
                 )
                 summary.worker_lost += 1
 

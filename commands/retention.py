@@ -6,7 +6,7 @@ What goes, each after its own retention (``ANKUSA_RETAIN_*_DAYS``, or one ``olde
   the cutoff — with their attempts (the history of a finished command goes with it);
 * **deliveries** received before the cutoff whose commands are all gone (a delivery is kept as
   long as one of its commands is: it is what that command came from);
-* whatever ``EXTRA_TABLES`` adds (the staff audit log registers itself there).
+* staff audit entries older than ``ANKUSA_RETAIN_AUDIT_DAYS``.
 
 What never goes: a command that is not finished (``draft``, ``approved``, ``queued``,
 ``dispatching``, ``failed``) or its attempts, whatever its age: it still waits for the machine or a
@@ -31,7 +31,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from commands.models import Command, Delivery
+from commands.models import AuditEntry, Command, Delivery
 from commands.states import State
 
 FINISHED = (State.SUCCEEDED, State.CANCELLED)
@@ -79,16 +79,21 @@ def orphaned_deliveries(cutoff: datetime) -> QuerySet:
     )
 
 
+def old_audit_entries(cutoff: datetime) -> QuerySet:
+    """Staff actions recorded before ``cutoff`` (their links to commands go with them)."""
+    return AuditEntry.objects.filter(at__lt=cutoff)
+
+
 # Commands first: a delivery becomes prunable once its commands are gone.
 TABLES: list[Table] = [
     Table("commands", finished_commands, "ANKUSA_RETAIN_COMMANDS_DAYS"),
     Table("deliveries", orphaned_deliveries, "ANKUSA_RETAIN_DELIVERIES_DAYS"),
+    Table("audit", old_audit_entries, "ANKUSA_RETAIN_AUDIT_DAYS"),
 ]
-EXTRA_TABLES: list[Table] = []
 
 
 def tables() -> list[Table]:
-    return TABLES + EXTRA_TABLES
+    return TABLES
 
 
 def _batches(candidates: QuerySet, batch: int) -> Iterator[list[int]]:

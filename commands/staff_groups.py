@@ -57,14 +57,19 @@ GROUPS = {"viewer": VIEWER, "operator": OPERATOR, "admin": ADMIN}
 
 
 def sync(apps) -> None:
-    """Create the groups and give them their permissions (``apps``: a migration's app registry)."""
+    """Create the groups and give them their permissions (``apps``: a migration's app registry, or
+    ``django.apps.apps`` — tests that flush the database call it again)."""
     from django.contrib.auth.management import create_permissions
 
-    # Permissions are made after all migrations ran; this migration needs them now.
     for config in apps.get_app_configs():
-        config.models_module = True
-        create_permissions(config, verbosity=0, apps=apps)
-        config.models_module = None
+        if getattr(config, "models_module", None) is None:
+            # A migration's registry: Django makes permissions only after every migration ran, and
+            # skips an app config without a models module; this migration needs them now.
+            config.models_module = True
+            create_permissions(config, verbosity=0, apps=apps)
+            config.models_module = None
+        else:
+            create_permissions(config, verbosity=0, apps=apps)
     Group = apps.get_model("auth", "Group")
     Permission = apps.get_model("auth", "Permission")
     for name, codes in GROUPS.items():

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from commands import retention
-from commands.models import Attempt, Command, Delivery
+from commands.models import Attempt, AuditEntry, Command, Delivery
 from commands.states import State
 
 NOW = timezone.now()
@@ -89,6 +89,21 @@ def test_a_resent_copy_outlives_its_pruned_original(make_command, connector):
     retention.prune(now=NOW, pause_s=0)
     copy.refresh_from_db()
     assert copy.resent_from is None
+
+
+def test_audit_entries_go_after_their_own_retention_with_their_links(make_command, connector, settings):
+    settings.ANKUSA_RETAIN_AUDIT_DAYS = 30
+    waiting = command(make_command, connector, State.FAILED, OLD)
+    entries = {}
+    for name, at in (("old", OLD), ("recent", RECENT)):
+        entries[name] = AuditEntry.objects.create(
+            at=at, username="ops", action="resend", via="admin", count=1, done=1
+        )
+        entries[name].commands.add(waiting)
+    report = retention.prune(now=NOW, pause_s=0, only=["audit"])
+    assert report.removed == {"commands.AuditEntry": 1, "commands.AuditEntry_commands": 1}
+    assert list(AuditEntry.objects.all()) == [entries["recent"]]
+    assert list(waiting.audit_entries.all()) == [entries["recent"]]
 
 
 def test_batches_are_bounded(make_command, connector):
