@@ -41,7 +41,8 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from ankusa_site.api import ERROR, Access, Conflict, clean_model, storable_json
-from commands import intake_api
+from commands import actions, intake_api
+from commands.explain import explain
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, Source
 from commands.retry import Outlook, SkipReason
 from commands.states import State
@@ -275,10 +276,6 @@ class SourceViewSet(Scoped, viewsets.ModelViewSet):
 
 
 def skip_explanation(command: Command) -> str | None:
-    try:
-        from commands.explain import explain
-    except ImportError:  # until the lead's commands.explain lands on this branch
-        return None
     explanation = explain(command)
     return explanation.line() if explanation is not None else None
 
@@ -486,14 +483,13 @@ def action_schema(request, description: str, operation_id: str):
 
 def run_action(name: str, queryset, request, data: dict) -> Response:
     """Plan or perform one staff action (``commands.actions``) and answer its dict."""
-    from commands import actions  # noqa: PLC0415 - lands with the lead's commands.actions
-
     user = request.user
-    if data["override"] and not user.has_perm(actions.OVERRIDE_PERMISSION):
-        raise exceptions.PermissionDenied(f"An override needs {actions.OVERRIDE_PERMISSION}.")
+    override = data["override"] and name == "resend"  # only a resend has guards to override
     try:
         if data["dry_run"]:
-            answer = actions.plan(name, queryset, override=data["override"])
+            # The same permission as doing it: a plan tells what the caller may do, not others.
+            actions.check_permission(user, name, override=override)
+            answer = actions.plan(name, queryset, override=override)
         else:
             answer = actions.perform(
                 name, queryset, user=user, via="api", reason=data["reason"], override=data["override"]
@@ -633,8 +629,6 @@ class CommandViewSet(Scoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, v
     )
     @action(detail=True, methods=["post"], url_path="new-command")
     def new_command(self, request, pk=None):
-        from commands import actions  # noqa: PLC0415 - lands with the lead's commands.actions
-
         original = self.get_object()
         data = self.input(NewCommandInput, request)
         try:
