@@ -8,6 +8,7 @@ from ``ankusa_site.urls``' handlers instead of Django's HTML pages.
 
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
 from drf_spectacular.utils import extend_schema_field, inline_serializer
@@ -23,6 +24,8 @@ def json_errors(exc, context):
     """DRF's handler, reshaped into ``{"error": code, "detail": text}``."""
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
     response = exception_handler(exc, context)
     if response is None:
         return None

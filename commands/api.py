@@ -492,22 +492,25 @@ def run_action(name: str, queryset, request, data: dict) -> Response:
             answer = actions.plan(name, queryset, override=override)
         else:
             answer = actions.perform(
-                name, queryset, user=user, via="api", reason=data["reason"], override=data["override"]
+                name, queryset, user=user, via="api", reason=data["reason"], override=override
             )
     except actions.Refused as refused:
         raise refusal(refused) from None
     return Response(answer.as_dict())
 
 
-def refusal(refused) -> exceptions.APIException:
-    code = getattr(refused, "code", "refused")
-    detail = getattr(refused, "detail", str(refused))
-    error = exceptions.ValidationError if code == "reason_required" else Conflict
-    exc = error(detail)
-    if error is Conflict:
-        exc.default_code = code
-    else:
-        exc.detail = {"reason": [detail]}
+# Refusals about the state of the commands (409); every other one is about the request (400).
+CONFLICTS = {"not_failed"}
+
+
+class RequestRefused(exceptions.APIException):
+    status_code = 400
+    default_code = "refused"
+
+
+def refusal(refused: actions.Refused) -> exceptions.APIException:
+    exc = (Conflict if refused.code in CONFLICTS else RequestRefused)(refused.detail)
+    exc.default_code = refused.code  # the "error" a client reads: "reason_required", "not_failed"
     return exc
 
 
@@ -516,16 +519,10 @@ class AttemptCursor(CursorPagination):
 
 
 def _action_permissions() -> dict[str, tuple[str, ...]]:
-    perms = {
-        "approve": "commands.approve_command",
-        "resend": "commands.resend_command",
-        "cancel": "commands.cancel_command",
-    }
     table: dict[str, tuple[str, ...]] = {"create": ()}  # submit() decides: tenant token, or add_command
-    for name, perm in perms.items():
-        table[f"{name}_one"] = (perm,)
-        table[f"{name}_many"] = (perm,)
-    table["new_command"] = ("commands.add_command",)
+    for name in actions.ACTIONS:
+        table[f"{name}_one"] = table[f"{name}_many"] = (actions.PERMISSIONS[name],)
+    table["new_command"] = (actions.PERMISSIONS["new-command"],)
     table["attempts"] = ("commands.view_command", "commands.view_attempt")
     return table
 
