@@ -66,7 +66,10 @@ def clean_model(instance, attrs: dict, *, exclude: tuple[str, ...] = ()) -> None
     try:
         instance.full_clean(exclude=list(exclude))
     except DjangoValidationError as exc:
-        raise exceptions.ValidationError(exc.message_dict) from None
+        errors = exc.message_dict
+        if "__all__" in errors:  # DRF's name for an error of no one field
+            errors["non_field_errors"] = errors.pop("__all__")
+        raise exceptions.ValidationError(errors) from None
 
 
 # Per field, DRF's messages: a list of strings, or nested objects for nested fields.
