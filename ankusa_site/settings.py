@@ -180,10 +180,13 @@ SPECTACULAR_SETTINGS = {
     # The schema and its pages are public: they describe the API, they hold no data.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
-    "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {
-        "OutlookEnum": "commands.retry.Outlook"
-    },  # write-only secrets appear in requests, never in responses
+    "COMPONENT_SPLIT_REQUEST": True,  # write-only secrets appear in requests, never in responses
+    "ENUM_NAME_OVERRIDES": {"OutlookEnum": "commands.retry.Outlook"},
+    # Every operation also declares the JSON errors any of them may answer (400/401/403/404/415).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ankusa_site.schema.add_common_errors",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -286,6 +286,9 @@ class CommandSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     connector_name = serializers.CharField(source="connector.name", read_only=True)
     source = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    # Empty when there is none: declared so the schema says so ("" or one of the choices).
+    last_outlook = serializers.ChoiceField(choices=Outlook.choices, allow_blank=True, read_only=True)
+    skip_reason = serializers.ChoiceField(choices=SkipReason.choices, allow_blank=True, read_only=True)
     skip_explanation = serializers.SerializerMethodField()
 
     class Meta:
@@ -303,6 +306,8 @@ class CommandSerializer(serializers.ModelSerializer):
 
 
 class AttemptSerializer(serializers.ModelSerializer):
+    outlook = serializers.ChoiceField(choices=Outlook.choices, allow_blank=True, read_only=True)
+
     class Meta:
         model = Attempt
         fields = [
