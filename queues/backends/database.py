@@ -90,9 +90,12 @@ ENQUEUE_COLUMNS = (
 )
 # PostgreSQL takes the payloads as one JSON array, split by the server: one parameter whatever the
 # count, where a VALUES row each would cost the driver four parameters to quote in Python.
+# The tail is read in the same statement (an InitPlan: one backward step on queueitem_main_order),
+# not by a query of its own: the round trip and the ORM's aggregate cost more CPU than the insert.
+TAIL_SQL = f"SELECT MAX(position) FROM {TABLE} WHERE queue = %s AND state = 'main'"
 ENQUEUE_SQL_POSTGRESQL = f"""
 INSERT INTO {TABLE} {ENQUEUE_COLUMNS}
-SELECT %s, 'main', %s + p.number - 1, p.payload, %s, 0, 0, 0, ''
+SELECT %s, 'main', COALESCE(({TAIL_SQL}), 0) + p.number, p.payload, %s, 0, 0, 0, ''
 FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(payload, number)
 RETURNING id, position
 """
@@ -146,11 +149,15 @@ class DatabaseFIFO(ReliableFIFO):
         connection = connections[self.using]
         stamp = connection.ops.adapt_datetimefield_value(self.clock())
         with self._atomic(), connection.cursor() as cursor:
-            start = self._tail()
             if connection.vendor == "postgresql":
-                cursor.execute(ENQUEUE_SQL_POSTGRESQL, [self.name, start, stamp, f"[{','.join(encoded)}]"])
+                cursor.execute(
+                    ENQUEUE_SQL_POSTGRESQL, [self.name, self.name, stamp, f"[{','.join(encoded)}]"]
+                )
                 rows = cursor.fetchall()
             else:
+                cursor.execute(TAIL_SQL, [self.name])
+                last = cursor.fetchone()[0]
+                start = 1 if last is None else last + 1
                 rows = []
                 for offset in range(0, len(encoded), BATCH):
                     chunk = encoded[offset : offset + BATCH]
@@ -164,6 +171,23 @@ class DatabaseFIFO(ReliableFIFO):
                     rows += cursor.fetchall()
         # RETURNING promises no order; the positions give it back.
         return [pk for pk, _ in sorted(rows, key=lambda row: row[1])]
+
+    def enqueue_from(self, rows: str, payload: str, order: str) -> tuple[str, list]:
+        """An ``INSERT`` of items whose payloads come from ``rows`` (a table expression of the
+        caller's own statement, e.g. a data-modifying CTE), in the order of ``order``; PostgreSQL.
+
+        For a caller that writes the rows its items name and the items in one statement (intake: a
+        delivery, its commands and their items), so the whole write is one round trip and commits
+        by itself. ``payload`` is an SQL expression of a JSON value. Returns the SQL and its
+        parameters, to be placed where the caller's statement wants it.
+        """
+        connection = connections[self.using]
+        sql = (
+            f"INSERT INTO {TABLE} {ENQUEUE_COLUMNS} "
+            f"SELECT %s, 'main', COALESCE(({TAIL_SQL}), 0) + row_number() OVER (ORDER BY {order}), "
+            f"{payload}, %s, 0, 0, 0, '' FROM {rows}"
+        )
+        return sql, [self.name, self.name, connection.ops.adapt_datetimefield_value(self.clock())]
 
     # --- consumers ----------------------------------------------------------------------------------
 
