@@ -1,9 +1,12 @@
-"""What every REST endpoint shares: errors as ``{"error": code, "detail": text}``.
+"""What every REST endpoint shares: errors as ``{"error": code, "detail": text}``, the model
+validation the API runs, and (re-exported from ``ankusa_site.permissions``) who may do what.
 
 DRF's own handler decides the status; this reshapes its body so clients parse one shape
 everywhere. Validation errors keep the per-field messages under ``fields`` as well. Paths that
 no view answers (404) and server errors (500) under ``/api/`` and ``/hooks/`` get the same shape
-from ``ankusa_site.urls``' handlers instead of Django's HTML pages.
+from ``ankusa_site.urls``' handlers instead of Django's HTML pages. Hostile input is a 4xx, never
+a 500: JSON nested too deep (``ankusa_site.parsers``), NUL characters, lone surrogates and numbers
+no database stores (:func:`storable_json`), ids past 2**63-1 (refused before any query).
 """
 
 from __future__ import annotations
