@@ -12,6 +12,7 @@ no database stores (:func:`storable_json`), ids past 2**63-1 (refused before any
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
 from drf_spectacular.utils import extend_schema_field, inline_serializer
@@ -23,12 +24,20 @@ from ankusa_site.permissions import Access, ApiPermission  # noqa: F401 - the vi
 JSON_PREFIXES = ("/api/", "/hooks/")
 
 
+class TooLarge(exceptions.APIException):
+    status_code = 413
+    default_code = "too_large"
+    default_detail = "The body is larger than this site reads (ANKUSA_MAX_REQUEST_BYTES)."
+
+
 def json_errors(exc, context):
     """DRF's handler, reshaped into ``{"error": code, "detail": text}``."""
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = TooLarge()
     response = exception_handler(exc, context)
     if response is None:
         return None

@@ -21,7 +21,7 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
 
 # Answers any /api/v1/ operation may give, whatever it does, all in the JSON error shape: a bad
 # query or body (400), no or a bad token (401), a permission or a tenant boundary (403), an id or
-# cursor that names nothing (404), a body that is not JSON (415).
+# cursor that names nothing (404), a body too large (413) or not JSON (415).
 COMMON_ERRORS = {
     "400": "Malformed or invalid input.",
     "401": "No credentials, or a bad token.",
@@ -41,6 +41,7 @@ def add_common_errors(result, generator, request, public):
             responses = operation.setdefault("responses", {})
             wanted = dict(COMMON_ERRORS)
             if method in WITH_BODY:
+                wanted["413"] = "The body is larger than the site reads."
                 wanted["415"] = "The body is not JSON (send Content-Type: application/json)."
             for status, description in wanted.items():
                 responses.setdefault(status, {"description": description, "content": error})

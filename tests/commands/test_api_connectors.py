@@ -134,3 +134,12 @@ def test_a_source_is_created_for_the_tenant_it_names(world, call):
     status, data = call("admin", "POST", "/api/v1/sources/", body)
     assert status == 201, data
     assert (data["tenant"], data["secrets_set"], data["connectors"]) == ("globex", 1, [world.b.connector.pk])
+
+
+def test_a_body_larger_than_the_site_reads_is_a_json_413(world, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    body = json.dumps({"tenant": "acme", "name": "big", "kind": "log", "url": "x" * 2000})
+    response = world.client("admin").post("/api/v1/connectors/", body, content_type="application/json")
+    assert response.status_code == 413
+    assert response.json()["error"] == "too_large"
+    assert not Connector.objects.filter(name="big").exists()
