@@ -23,6 +23,7 @@ commands; they never run a staff action, never read audit entries.
 from __future__ import annotations
 
 import django_filters
+from django import forms
 from django.db.models import Prefetch, ProtectedError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import (
@@ -76,7 +77,7 @@ class NewestFirst(CursorPagination):
 class IdFilter(django_filters.NumberFilter):
     """An id: a whole number from 1 to 2**63-1 (anything else is a 400, never a database error)."""
 
-    field_class = django_filters.fields.forms.IntegerField
+    field_class = forms.IntegerField
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("min_value", 1)
@@ -95,8 +96,9 @@ class Scoped(Access):
         return queryset if own is None else queryset.filter(tenant=own)
 
     def get_object(self):
-        if int(self.kwargs[self.lookup_field]) > MAX_ID:
-            raise exceptions.NotFound("No such object.")
+        if int(self.kwargs[self.lookup_field]) > MAX_ID:  # answered like any missing row
+            model = self.get_queryset().model
+            raise exceptions.NotFound(f"No {model._meta.object_name} matches the given query.")
         return super().get_object()
 
 
@@ -767,5 +769,5 @@ class AuditEntryViewSet(Access, viewsets.ReadOnlyModelViewSet):
 
     def get_object(self):
         if int(self.kwargs["pk"]) > MAX_ID:
-            raise exceptions.NotFound("No such audit entry.")
+            raise exceptions.NotFound("No AuditEntry matches the given query.")
         return get_object_or_404(AuditEntry, pk=self.kwargs["pk"])
