@@ -135,6 +135,22 @@ class Owned(serializers.ModelSerializer):
 # --- connectors ---------------------------------------------------------------------------------
 
 
+class SourceFilter(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__slug", max_length=64)
+
+    class Meta:
+        model = Source
+        fields = ["tenant"]
+
+
+class ConnectorFilter(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__slug", max_length=64)
+
+    class Meta:
+        model = Connector
+        fields = ["tenant", "kind", "enabled"]
+
+
 class ConnectorSerializer(Owned):
     secret = serializers.CharField(
         write_only=True,
@@ -180,7 +196,7 @@ class ConnectorViewSet(Scoped, viewsets.ModelViewSet):
     serializer_class = ConnectorSerializer
     pagination_class = IdCursor
     permission_model = "commands.connector"
-    filterset_fields = {"tenant__slug": ["exact"], "kind": ["exact"], "enabled": ["exact"]}
+    filterset_class = ConnectorFilter
 
     def get_queryset(self):
         return self.scoped(Connector.objects.select_related("tenant"))
@@ -265,7 +281,7 @@ class SourceViewSet(Scoped, viewsets.ModelViewSet):
     serializer_class = SourceSerializer
     pagination_class = IdCursor
     permission_model = "commands.source"
-    filterset_fields = {"tenant__slug": ["exact"]}
+    filterset_class = SourceFilter
 
     def get_queryset(self):
         connectors = Prefetch("connectors", queryset=Connector.objects.only("id"))

@@ -143,3 +143,12 @@ def test_a_body_larger_than_the_site_reads_is_a_json_413(world, settings):
     assert response.status_code == 413
     assert response.json()["error"] == "too_large"
     assert not Connector.objects.filter(name="big").exists()
+
+
+def test_connectors_and_sources_filter_by_tenant_kind_and_enabled(world, call):
+    status, data = call("viewer", "GET", "/api/v1/connectors/?tenant=globex&kind=log")
+    assert (status, [row["id"] for row in data["results"]]) == (200, [world.b.spare_connector.pk])
+    status, data = call("viewer", "GET", "/api/v1/sources/?tenant=acme")
+    assert sorted(row["slug"] for row in data["results"]) == ["orders", "spare"]
+    status, data = call("viewer", "GET", "/api/v1/connectors/?kind=telegraph")
+    assert (status, data["error"]) == (400, "invalid")
