@@ -1,24 +1,43 @@
-"""What every REST endpoint shares: errors as ``{"error": code, "detail": text}``.
+"""What every REST endpoint shares: errors as ``{"error": code, "detail": text}``, the model
+validation the API runs, and (re-exported from ``ankusa_site.permissions``) who may do what.
 
 DRF's own handler decides the status; this reshapes its body so clients parse one shape
 everywhere. Validation errors keep the per-field messages under ``fields`` as well. Paths that
 no view answers (404) and server errors (500) under ``/api/`` and ``/hooks/`` get the same shape
-from ``ankusa_site.urls``' handlers instead of Django's HTML pages.
+from ``ankusa_site.urls``' handlers instead of Django's HTML pages. Hostile input is a 4xx, never
+a 500: JSON nested too deep (``ankusa_site.parsers``), NUL characters, lone surrogates and numbers
+no database stores (:func:`storable_json`), ids past 2**63-1 (refused before any query).
 """
 
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
-from rest_framework import exceptions
+from drf_spectacular.utils import extend_schema_field, inline_serializer
+from rest_framework import exceptions, serializers
 from rest_framework.views import exception_handler
 
+from ankusa_site.permissions import Access, ApiPermission  # noqa: F401 - the views' one import
+
 JSON_PREFIXES = ("/api/", "/hooks/")
+
+
+class TooLarge(exceptions.APIException):
+    status_code = 413
+    default_code = "too_large"
+    default_detail = "The body is larger than this site reads (ANKUSA_MAX_REQUEST_BYTES)."
 
 
 def json_errors(exc, context):
     """DRF's handler, reshaped into ``{"error": code, "detail": text}``."""
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = TooLarge()
     response = exception_handler(exc, context)
     if response is None:
         return None
@@ -41,3 +60,50 @@ def error(code: str, detail: str, status: int, **headers: str) -> JsonResponse:
 
 def wants_json(request) -> bool:
     return request.path.startswith(JSON_PREFIXES)
+
+
+class Conflict(exceptions.APIException):
+    status_code = 409
+    default_code = "conflict"
+    default_detail = "The request conflicts with the current state."
+
+
+def clean_model(instance, attrs: dict, *, exclude: tuple[str, ...] = ()) -> None:
+    """The model's own validation (field validators, ``clean()``, unique constraints) on ``instance``
+    with ``attrs`` applied, as DRF errors: the API refuses exactly what the admin refuses, and a
+    duplicate name is a 400 rather than an IntegrityError. Many-to-many values are not applied."""
+    for name, value in attrs.items():
+        if not isinstance(value, list | tuple) or name not in {f.name for f in instance._meta.many_to_many}:
+            setattr(instance, name, value)
+    try:
+        instance.full_clean(exclude=list(exclude))
+    except DjangoValidationError as exc:
+        errors = exc.message_dict
+        if "__all__" in errors:  # DRF's name for an error of no one field
+            errors["non_field_errors"] = errors.pop("__all__")
+        raise exceptions.ValidationError(errors) from None
+
+
+# Per field, DRF's messages: a list of strings, or nested objects for nested fields.
+@extend_schema_field({"type": "object"})
+class _FieldErrors(serializers.Field):
+    pass
+
+
+ERROR = inline_serializer(
+    "Error",
+    {
+        "error": serializers.CharField(),
+        "detail": serializers.CharField(),
+        "fields": _FieldErrors(required=False),
+    },
+)
+
+
+def storable_json(value):
+    """A validator: JSON every database stores (no NUL character, bounded depth, finite numbers)."""
+    from commands.intake import _unstorable
+
+    problem = _unstorable(value)
+    if problem:
+        raise serializers.ValidationError(problem)

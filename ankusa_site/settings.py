@@ -63,7 +63,6 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -157,13 +156,15 @@ STORAGES = {
 # Bodies are bounded by the intake itself (per tenant); this caps everything else.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ANKUSA_MAX_REQUEST_BYTES", 10 * 1024 * 1024, minimum=1024)
 
+# Our own Bearer tokens (limits.tokens) and the admin's session; DRF's authtoken is not used, so a
+# second, unhashed kind of token cannot exist. Who may do what: ankusa_site.permissions.ApiPermission.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "limits.authentication.ApiTokenAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["ankusa_site.permissions.ApiPermission"],
+    "DEFAULT_PARSER_CLASSES": ["ankusa_site.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
@@ -176,6 +177,16 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Commands in, quotas held, duplicates refused, dispatch visible.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its pages are public: they describe the API, they hold no data.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,  # write-only secrets appear in requests, never in responses
+    "ENUM_NAME_OVERRIDES": {"OutlookEnum": "commands.retry.Outlook"},
+    # Every operation also declares the JSON errors any of them may answer (400/401/403/404/415).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ankusa_site.schema.add_common_errors",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -2,8 +2,9 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from django.views import defaults
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from ankusa_site import health
+from ankusa_site import health, schema  # noqa: F401 - schema registers the token scheme
 from ankusa_site.api import error, wants_json
 from ankusa_site.metrics import metrics_view
 from commands.hooks import receive
@@ -22,6 +23,11 @@ urlpatterns = [
     path("api/v1/", include("limits.api_urls")),
     path("api/v1/", include("queues.api_urls")),
     path("api/v1/", include("commands.api_urls")),
+    # The OpenAPI schema and two readers of it; their scripts come from drf-spectacular-sidecar's
+    # static files (SWAGGER_UI_DIST = "SIDECAR"), so the pages work offline and load no CDN.
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     # Providers' webhooks. Also without the trailing slash: a POST redirected to add it would lose
     # its body, and providers are configured by people who may leave it out.
     path("hooks/<str:tenant>/<str:source>/", receive, name="hook"),

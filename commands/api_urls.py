@@ -1,11 +1,15 @@
 """REST endpoints of the commands app, mounted under /api/v1/ by ankusa_site.urls."""
 
-from django.urls import path
+from rest_framework.routers import SimpleRouter
 
-from commands.intake_api import CommandSubmitView
+from commands import api
 
-urlpatterns = [
-    # POST only for now; the staff API's command viewset takes this path over and calls
-    # commands.intake_api.submit for its POST.
-    path("commands/", CommandSubmitView.as_view(), name="commands-submit"),
-]
+router = SimpleRouter()
+router.register("sources", api.SourceViewSet, basename="commands-source")
+router.register("connectors", api.ConnectorViewSet, basename="commands-connector")
+# POST /commands/ is commands.intake_api.submit, as it was before the viewset took the path over.
+router.register("commands", api.CommandViewSet, basename="commands-command")
+router.register("deliveries", api.DeliveryViewSet, basename="commands-delivery")
+router.register("audit-entries", api.AuditEntryViewSet, basename="commands-auditentry")
+
+urlpatterns = router.urls

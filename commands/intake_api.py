@@ -21,8 +21,8 @@ Who may submit for which tenant:
   tenant it names in ``"tenant"`` (required), charged to that tenant's quota;
 * anyone else is 403.
 
-``submit(request)`` is self-contained (the staff API's command viewset calls it for its POST);
-``CommandSubmitView`` only mounts it. The body is read and parsed here, not by DRF's parsers, so
+``submit(request)`` is self-contained: ``commands.api.CommandViewSet.create`` (the POST of
+``/api/v1/commands/``) calls it and declares its schema. The body is read and parsed here, not by DRF's parsers, so
 the size limit applies before reading and hostile JSON is a 400, never a 500.
 """
 
@@ -32,16 +32,11 @@ import logging
 
 from django.conf import settings
 from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
     extend_schema_field,
     inline_serializer,
 )
 from rest_framework import exceptions, serializers
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ankusa_site.api import json_errors
 from ankusa_site.logs import log_event
@@ -104,7 +99,6 @@ COMMAND_ANSWER = inline_serializer(
         "created_at": serializers.DateTimeField(),
     },
 )
-ERROR = inline_serializer("Error", {"error": serializers.CharField(), "detail": serializers.CharField()})
 
 
 def summary(command: Command, status: str) -> dict:
@@ -217,30 +211,3 @@ def submit(request) -> Response:
         )
     log_event(logger, "api_duplicate", tenant=tenant.slug, command=original.pk)
     return Response(summary(original, "duplicate"), status=200, headers=outcome.headers)
-
-
-class CommandSubmitView(APIView):
-    parser_classes = [JSONParser]  # for the schema: submit() reads and parses the body itself
-
-    @extend_schema(
-        operation_id="commands_submit",
-        request=CommandInput,
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                location=OpenApiParameter.HEADER,
-                required=False,
-                description="One command per key and tenant; a repeat answers 200 with the original.",
-            )
-        ],
-        responses={
-            202: COMMAND_ANSWER,
-            200: COMMAND_ANSWER,
-            **{
-                status: OpenApiResponse(ERROR)
-                for status in (400, 401, 403, 409, 410, 413, 415, 422, 429, 503)
-            },
-        },
-    )
-    def post(self, request):
-        return submit(request)

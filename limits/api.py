@@ -1,12 +1,16 @@
-"""REST endpoints for tenants and their limit overrides (staff only for now).
+"""REST endpoints for tenants and their limit overrides.
 
-* ``GET /api/v1/tenants/``: tenants with each kind's effective limit and its source.
+* ``GET /api/v1/tenants/`` (cursor pages by slug), ``GET /api/v1/tenants/{slug}/``: tenants with
+  each kind's effective limit and its source. ``POST`` / ``PUT`` / ``PATCH``: slug (on create),
+  name, active, max_body_bytes. A tenant's own limits are edited in the admin; overrides here:
 * ``GET|PUT|DELETE /api/v1/tenants/{slug}/limits/{kind}/``: one kind's effective limit; PUT sets
   the override (exactly ``rate`` and ``burst``, optional ``reason``/``expires_at``; any other field
   is a 400), DELETE removes it. Both reset the tenant's buckets (``limits.actions``).
 
-Every error is JSON ``{"error": code, "detail": text}`` (validation errors add ``fields``). A later
-issue replaces ``IsAdminUser`` with the full permission matrix (tenant tokens).
+Staff need ``limits.view_tenant`` to read and ``limits.add|change_tenant`` / ``limits.*_limitoverride``
+to write (``ankusa_site.api.ApiPermission``). A tenant token reads its own tenant and limits only;
+any other tenant is a 404, like one that does not exist. Every error is JSON
+``{"error": code, "detail": text}`` (validation errors add ``fields``).
 """
 
 from __future__ import annotations
@@ -15,23 +19,20 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from rest_framework import exceptions, serializers, status
-from rest_framework.generics import ListAPIView
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
+from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ankusa_site.api import ERROR, Access, clean_model
 from limits import actions
+from limits.authentication import tenant_of
 from limits.models import Kind, LimitOverride, Tenant
 from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
 
 # A PUT body is four small fields; anything much bigger is not one.
 MAX_PUT_BYTES = 4096
-
-
-class StaffAPIView(APIView):
-    permission_classes = [IsAdminUser]
 
 
 def limit_fields(effective: EffectiveLimit) -> dict:
@@ -62,34 +63,70 @@ def limit_payload(tenant: Tenant, effective: EffectiveLimit) -> dict:
     return payload
 
 
+LIMIT = inline_serializer(
+    "EffectiveLimit",
+    {
+        "rate": serializers.FloatField(allow_null=True),
+        "burst": serializers.IntegerField(allow_null=True),
+        "source": serializers.ChoiceField(choices=["override", "tenant", "default", "unlimited"]),
+    },
+)
+
+
 class TenantSerializer(serializers.ModelSerializer):
+    """A tenant; ``max_body_bytes`` is written as the tenant's own (null: the site default) and read
+    as the one that applies."""
+
     limits = serializers.SerializerMethodField()
-    max_body_bytes = serializers.SerializerMethodField()
 
     class Meta:
         model = Tenant
         fields = ["slug", "name", "active", "max_body_bytes", "limits"]
+        extra_kwargs = {"max_body_bytes": {"max_value": 2**31 - 1}}
 
+    @extend_schema_field(serializers.DictField(child=LIMIT))
     def get_limits(self, tenant: Tenant) -> dict:
         return {kind: limit_fields(effective) for kind, effective in effective_limits(tenant).items()}
 
-    def get_max_body_bytes(self, tenant: Tenant) -> int:
-        return max_body_bytes(tenant)
+    def to_representation(self, tenant: Tenant) -> dict:
+        data = super().to_representation(tenant)
+        data["max_body_bytes"] = max_body_bytes(tenant)
+        return data
+
+    def validate(self, attrs: dict) -> dict:
+        if self.instance is not None and "slug" in attrs and attrs["slug"] != self.instance.slug:
+            raise serializers.ValidationError({"slug": ["A tenant's slug does not change."]})
+        clean_model(self.instance or Tenant(), attrs)
+        return attrs
 
 
 class SlugCursor(CursorPagination):
     ordering = "slug"
 
 
-class TenantList(StaffAPIView, ListAPIView):
+class TenantViewSet(
+    Access,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
     serializer_class = TenantSerializer
     pagination_class = SlugCursor
+    lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]{1,64}"
+    filter_backends = []
+    permission_model = "limits.tenant"
+    tenant_reads = True
 
     def get_queryset(self):
         active = LimitOverride.objects.active(timezone.now())
-        return Tenant.objects.prefetch_related(
+        tenants = Tenant.objects.prefetch_related(
             Prefetch("overrides", queryset=active, to_attr="active_overrides")
         )
+        own = tenant_of(self.request.user)
+        return tenants if own is None else tenants.filter(pk=own.pk)
 
 
 class OverrideInput(serializers.Serializer):
@@ -120,16 +157,57 @@ class OverrideInput(serializers.Serializer):
         return value
 
 
-class TenantLimit(StaffAPIView):
+OVERRIDE_FIELDS = (
+    "Override",
+    {
+        "rate": serializers.FloatField(),
+        "burst": serializers.IntegerField(),
+        "reason": serializers.CharField(),
+        "set_by": serializers.CharField(allow_null=True),
+        "set_at": serializers.DateTimeField(),
+        "expires_at": serializers.DateTimeField(allow_null=True),
+        "active": serializers.BooleanField(),
+    },
+)
+TENANT_LIMIT = inline_serializer(
+    "TenantLimit",
+    {
+        "tenant": serializers.CharField(),
+        "kind": serializers.ChoiceField(choices=Kind.values),
+        "rate": serializers.FloatField(allow_null=True),
+        "burst": serializers.IntegerField(allow_null=True),
+        "source": serializers.ChoiceField(choices=["override", "tenant", "default", "unlimited"]),
+        "override": inline_serializer(*OVERRIDE_FIELDS, allow_null=True),
+    },
+)
+
+
+class TenantLimit(Access, APIView):
+    permission_model = "limits.limitoverride"
+    # PUT creates or changes an override: it needs both.
+    action_permissions = {"put": ("limits.add_limitoverride", "limits.change_limitoverride")}
+    tenant_reads = True
+
     def tenant_and_kind(self, slug: str, kind: str) -> tuple[Tenant, str]:
         if kind not in Kind.values:
             raise exceptions.NotFound(f"Unknown kind {kind[:20]!r}: use one of {', '.join(Kind.values)}.")
-        return get_object_or_404(Tenant, slug=slug), kind
+        own = tenant_of(self.request.user)
+        tenants = Tenant.objects.all() if own is None else Tenant.objects.filter(pk=own.pk)
+        return get_object_or_404(tenants, slug=slug), kind
 
+    @extend_schema(responses={200: TENANT_LIMIT, **{s: OpenApiResponse(ERROR) for s in (401, 403, 404)}})
     def get(self, request, slug: str, kind: str):
         tenant, kind = self.tenant_and_kind(slug, kind)
         return Response(limit_payload(tenant, effective_limits(tenant)[kind]))
 
+    @extend_schema(
+        request=OverrideInput,
+        responses={
+            200: TENANT_LIMIT,
+            201: TENANT_LIMIT,
+            **{s: OpenApiResponse(ERROR) for s in (400, 401, 403, 404, 413)},
+        },
+    )
     def put(self, request, slug: str, kind: str):
         if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_PUT_BYTES:
             return Response(
@@ -146,6 +224,7 @@ class TenantLimit(StaffAPIView):
         payload = limit_payload(tenant, effective_limits(tenant)[kind])
         return Response(payload, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
+    @extend_schema(responses={204: None, **{s: OpenApiResponse(ERROR) for s in (401, 403, 404)}})
     def delete(self, request, slug: str, kind: str):
         tenant, kind = self.tenant_and_kind(slug, kind)
         if not actions.remove_override(tenant, kind):

@@ -1,4 +1,5 @@
-"""REST endpoints of the queues (staff only for now; a later issue brings the permission matrix).
+"""REST endpoints of the queues, for staff only: ``queues.view_queueitem`` to read,
+``queues.change_queueitem`` to requeue, ``queues.delete_queueitem`` to remove (tenant tokens: 403).
 
 * ``GET /api/v1/queues/``: lengths and oldest ages of every queue of both backends.
 * ``GET /api/v1/queues/{name}/``: the same for one queue (its configured backend, or
@@ -17,12 +18,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import DatabaseError
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from redis.exceptions import RedisError
 from rest_framework import exceptions, serializers, status
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ankusa_site.api import ERROR, Access
 from queues.actions import overview
 from queues.fifo import NAME_PATTERN, ReliableFIFO, get_queue
 
@@ -37,8 +39,8 @@ class BackendUnavailable(exceptions.APIException):
     default_code = "backend_unavailable"
 
 
-class QueueView(APIView):
-    permission_classes = [IsAdminUser]
+class QueueView(Access, APIView):
+    permission_model = "queues.queueitem"
 
     def handle_exception(self, exc):
         if isinstance(exc, RedisError | DatabaseError):
@@ -93,17 +95,74 @@ def duration(value: float | None) -> timedelta | None:
     return None if value is None else timedelta(seconds=value)
 
 
+SUB_QUEUE_FIELDS = {"length": serializers.IntegerField(), "age_s": serializers.FloatField(allow_null=True)}
+SUB_QUEUE = inline_serializer("SubQueue", SUB_QUEUE_FIELDS)
+# An overview row of a backend that failed has an error instead of the lengths.
+OPTIONAL_SUB_QUEUE = inline_serializer("OptionalSubQueue", SUB_QUEUE_FIELDS, required=False)
+
+QUEUE_STATS = inline_serializer(
+    "QueueStats",
+    {
+        "name": serializers.CharField(),
+        "backend": serializers.ChoiceField(choices=["database", "redis"]),
+        "main": SUB_QUEUE,
+        "busy": SUB_QUEUE,
+        "failed": SUB_QUEUE,
+    },
+)
+OVERVIEW_ROW = (
+    "QueueOverviewRow",
+    {
+        "name": serializers.CharField(),
+        "backend": serializers.ChoiceField(choices=["database", "redis"]),
+        "main": OPTIONAL_SUB_QUEUE,
+        "busy": OPTIONAL_SUB_QUEUE,
+        "failed": OPTIONAL_SUB_QUEUE,
+        "error": serializers.CharField(required=False, help_text="Set instead of the lengths when the "
+                                       "backend failed."),
+    },
+)  # fmt: skip
+OVERVIEW = inline_serializer(
+    "QueueOverview",
+    {
+        "queues": inline_serializer(*OVERVIEW_ROW, many=True),
+        "problems": serializers.ListField(child=serializers.CharField()),
+    },
+)
+BACKEND = OpenApiParameter("backend", enum=["database", "redis"], required=False)
+
+
+def errors(*statuses: int) -> dict:
+    return {status: OpenApiResponse(ERROR) for status in statuses}
+
+
 class QueueList(QueueView):
+    @extend_schema(operation_id="queues_list", responses={200: OVERVIEW, **errors(401, 403, 503)})
     def get(self, request):
         return Response(overview())
 
 
 class QueueDetail(QueueView):
+    @extend_schema(parameters=[BACKEND], responses={200: QUEUE_STATS, **errors(400, 401, 403, 503)})
     def get(self, request, name: str):
         return Response(self.queue(request, name).stats())
 
 
 class RequeueFailed(QueueView):
+    action_permissions = {"post": ("queues.change_queueitem",)}
+
+    @extend_schema(
+        parameters=[BACKEND],
+        request=RequeueFailedInput,
+        responses={
+            200: inline_serializer(
+                "Requeued",
+                {"queue": serializers.CharField(), "backend": serializers.CharField(),
+                 "requeued": serializers.IntegerField()},
+            ),
+            **errors(400, 401, 403, 503),
+        },
+    )  # fmt: skip
     def post(self, request, name: str):
         queue = self.queue(request, name)
         data = self.body(request, RequeueFailedInput)
@@ -112,6 +171,20 @@ class RequeueFailed(QueueView):
 
 
 class RemoveFailed(QueueView):
+    action_permissions = {"post": ("queues.delete_queueitem",)}
+
+    @extend_schema(
+        parameters=[BACKEND],
+        request=RemoveFailedInput,
+        responses={
+            200: inline_serializer(
+                "Removed",
+                {"queue": serializers.CharField(), "backend": serializers.CharField(),
+                 "removed": serializers.IntegerField()},
+            ),
+            **errors(400, 401, 403, 503),
+        },
+    )  # fmt: skip
     def post(self, request, name: str):
         queue = self.queue(request, name)
         data = self.body(request, RemoveFailedInput)

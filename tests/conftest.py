@@ -9,6 +9,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from tests.api_world import call, world  # noqa: F401 - the REST API tests' fixtures
 from tests.servers import Node
 from tests.services import database_url, require_service, tcp_reachable
 

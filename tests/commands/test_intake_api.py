@@ -219,7 +219,8 @@ def test_a_body_that_is_not_declared_json_is_415(api, receiver):
     assert (status, data["error"]) == (415, "unsupported_media_type")
 
 
-@pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])
+# GET is the command list now (tests/commands/test_api_commands.py).
+@pytest.mark.parametrize("method", ["put", "patch", "delete"])
 def test_other_methods_are_405_json(token, method):
     response = getattr(client_with(token), method)("/api/v1/commands/")
     assert (response.status_code, json.loads(response.content)["error"]) == (405, "method_not_allowed")

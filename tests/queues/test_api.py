@@ -7,10 +7,11 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from limits.models import ApiToken
 from queues.backends.database import DatabaseFIFO
 from queues.backends.redis import RedisFIFO
 
@@ -18,8 +19,9 @@ from queues.backends.redis import RedisFIFO
 @pytest.fixture
 def api(db):
     staff = get_user_model().objects.create_user("ops", password="x", is_staff=True)
+    staff.groups.add(Group.objects.get(name="admin"))
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(name='ops', user=staff)[1]}")
     return client
 
 
