@@ -1,12 +1,17 @@
-"""Admin for connectors, sources, commands and attempts — minimal, correct, and never leaking secrets.
+"""Admin for connectors, sources, commands, attempts and the staff audit log — never leaking secrets.
 
 A connector's credential is write-only: the form never renders it, an empty field keeps the one
-stored, and lists show only "set" / "not set". A source's signing secrets likewise: a new one is
-added to the front of the list, old ones are removed by ticking them (each shown only by position
-and a fingerprint keyed with the site's secret key), and the verifier is checked when saved.
-Deliveries are history, like attempts. A command's state fields are read-only here,
-because a state changes only through ``commands.states`` (the failed-command list with its
-actions is a later issue); attempts are history and cannot be added, edited or deleted.
+stored, and lists show only "set" / "not set"; someone who may only view does not get the field at
+all (Django would print a read-only field's value). A source's signing secrets likewise: a new one
+is added to the front of the list, old ones are removed by ticking them (each shown only by
+position and a fingerprint keyed with the site's secret key), and the verifier is checked when
+saved. Deliveries and attempts are history.
+
+Commands: a state changes only through ``commands.actions`` (approve, resend, cancel, make a new
+command — ``admin_actions``), never through the form. The failed-command list (``FailedCommand``)
+says why each command waits and what to do (``admin_lists``); a command's page shows its attempts
+across resend copies, its payload, the connector to fix and the audit rows touching it. The audit
+list is read-only.
 """
 
 from __future__ import annotations
@@ -18,9 +23,41 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
 
 from commands import adapters
-from commands.models import Attempt, Command, Connector, Delivery, Source
+from commands.admin_actions import CommandActions
+from commands.admin_lists import (
+    AgeFilter,
+    AuditEntryFilter,
+    CappedPaginator,
+    ConnectorFilter,
+    ErrorClassFilter,
+    SkipReasonFilter,
+    age,
+    pretty_json,
+    reason_badge,
+    short_error,
+)
+from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, FailedCommand, Source
+from commands.states import State
+
+SECRET_FIELDS = ["secret", "clear_secret"]
+
+
+def without_secrets(model_admin, request, obj, fieldsets, secret_fields):
+    """The fieldsets minus the write-only fields for someone who may only view: Django shows a
+    read-only field's stored value, and a credential is never shown back, to anyone."""
+    if model_admin.has_change_permission(request, obj) or (
+        obj is None and model_admin.has_add_permission(request)
+    ):
+        return fieldsets
+    return [
+        (name, {**options, "fields": [f for f in options["fields"] if f not in secret_fields]})
+        for name, options in fieldsets
+    ]
 
 
 class ConnectorForm(forms.ModelForm):
@@ -63,6 +100,9 @@ class ConnectorAdmin(admin.ModelAdmin):
         ("Credential", {"fields": ["secret_header", "secret_set", "secret", "clear_secret"]}),
         (None, {"fields": ["updated_at"]}),
     ]
+
+    def get_fieldsets(self, request, obj=None):
+        return without_secrets(self, request, obj, super().get_fieldsets(request, obj), SECRET_FIELDS)
 
     @admin.display(description="secret")
     def secret_set(self, obj: Connector) -> str:
@@ -134,6 +174,11 @@ class SourceAdmin(admin.ModelAdmin):
         ("Dedupe", {"fields": ["dedupe_key"]}),
     ]
 
+    def get_fieldsets(self, request, obj=None):
+        return without_secrets(
+            self, request, obj, super().get_fieldsets(request, obj), ["verifier_secrets", "remove_secrets"]
+        )
+
     @admin.display(description="secrets")
     def secrets_set(self, obj: Source) -> str:
         count = len(obj.verifier_secrets or [])
@@ -184,37 +229,338 @@ STATE_FIELDS = [
     "resent_from",
     "created_at",
 ]
+# The detail page's read-only views of a command: why it waits, its payload, where it goes, its
+# attempts across resends, and what staff did to it.
+DETAIL_FIELDS = ["why", "age", "connector_link", "pretty_payload", "history", "audit"]
+# A resend chain longer than this is shown cut: no person makes 50 copies of one instruction.
+MAX_CHAIN = 50
+AUDIT_SHOWN = 20
+
+
+def resend_chain(command: Command) -> list[Command]:
+    """The copies made from one another around ``command``: its first original, then every copy made
+    from it (breadth-first, oldest first). One query per step; bounded by ``MAX_CHAIN``."""
+    root, seen = command, {command.pk}
+    while root.resent_from_id is not None and root.resent_from_id not in seen and len(seen) < MAX_CHAIN:
+        root = Command.objects.get(pk=root.resent_from_id)
+        seen.add(root.pk)
+    chain, frontier = [root], [root.pk]
+    while frontier and len(chain) < MAX_CHAIN:
+        children = list(Command.objects.filter(resent_from__in=frontier).order_by("id")[:MAX_CHAIN])
+        children = [child for child in children if child.pk not in {c.pk for c in chain}]
+        chain.extend(children)
+        frontier = [child.pk for child in children]
+    return chain[:MAX_CHAIN]
+
+
+def moment(value) -> str:
+    """A time as staff read it in a table: to the second, in the site's time zone."""
+    return f"{timezone.localtime(value):%Y-%m-%d %H:%M:%S}" if value else "-"
+
+
+class CommandDetail:
+    """The read-only parts of a command's page (both the command and the failed-command admin)."""
+
+    @admin.display(description="why it waits")
+    def why(self, command: Command):
+        return reason_badge(command) if command.pk else "-"
+
+    @admin.display(description="age")
+    def age(self, command: Command) -> str:
+        return age(command.created_at)
+
+    @admin.display(description="connector")
+    def connector_link(self, command: Command):
+        if not command.connector_id:
+            return "-"
+        connector = command.connector
+        problems = "; ".join(adapters.problems(connector)) or "none found"
+        return format_html(
+            '<a href="{}">{}</a> — edit it to fix its configuration (problems: {}). Saving it makes its '
+            "after-fix commands due at once.",
+            reverse("admin:commands_connector_change", args=[connector.pk]),
+            connector,
+            problems,
+        )
+
+    @admin.display(description="payload")
+    def pretty_payload(self, command: Command):
+        return pretty_json(command.payload)
+
+    @admin.display(description="attempts, across resends")
+    def history(self, command: Command):
+        if command.pk is None:
+            return "-"
+        chain = resend_chain(command)
+        attempts = {}
+        for attempt in Attempt.objects.filter(command__in=[c.pk for c in chain]).order_by(
+            "command", "number"
+        ):
+            attempts.setdefault(attempt.command_id, []).append(attempt)
+        rows = []
+        for copy in chain:
+            link = format_html(
+                '<a href="{}">command {}</a>{}',
+                reverse("admin:commands_command_change", args=[copy.pk]),
+                copy.pk,
+                " (this one)" if copy.pk == command.pk else "",
+            )
+            origin = f"copy of {copy.resent_from_id}" if copy.resent_from_id else "original"
+            rows.append(
+                format_html(
+                    '<tr class="ankusa-chain"><th colspan="8">{} — {}, {}, {} attempt(s)</th></tr>',
+                    link,
+                    origin,
+                    copy.state,
+                    copy.attempts,
+                )
+            )
+            for a in attempts.get(copy.pk, []):
+                outcome = "ok" if a.ok else ("failed" if a.ok is False else "unknown")
+                rows.append(
+                    format_html(
+                        "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                        "<td><code>{}</code></td><td>{}</td></tr>",
+                        a.number,
+                        moment(a.started_at),
+                        moment(a.finished_at),
+                        outcome,
+                        a.outlook or "-",
+                        a.status_code or "-",
+                        a.error_class or "-",
+                        Truncator(a.error_message).chars(300),
+                    )
+                )
+        header = format_html(
+            "<tr>{}</tr>",
+            format_html_join(
+                "",
+                "<th>{}</th>",
+                [
+                    (h,)
+                    for h in ["#", "started", "finished", "outcome", "outlook", "status", "error", "message"]
+                ],
+            ),
+        )
+        return format_html(
+            '<table class="ankusa-history">{}{}</table>',
+            header,
+            format_html_join("", "{}", [(r,) for r in rows]),
+        )
+
+    @admin.display(description="audit log")
+    def audit(self, command: Command):
+        if command.pk is None:
+            return "-"
+        entries = list(command.audit_entries.order_by("-at", "-id")[:AUDIT_SHOWN])
+        if not entries:
+            return "no staff action yet"
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                '<li><a href="{}">{}</a>: {} {}{}</li>',
+                [
+                    (
+                        reverse("admin:commands_auditentry_change", args=[entry.pk]),
+                        entry,
+                        f"{entry.done} of {entry.count} changed",
+                        f"via {entry.via}",
+                        f" — {entry.reason}" if entry.reason else "",
+                    )
+                    for entry in entries
+                ],
+            ),
+        )
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = dict(extra_context or {})
+        # Offered only where it can work: a failed command (one cheap query by primary key).
+        if (
+            self.has_new_command_permission(request)
+            and str(object_id).isdigit()
+            and Command.objects.filter(pk=int(object_id), state=State.FAILED).exists()
+        ):
+            extra_context["new_command_url"] = reverse(self._url_name("new_command"), args=[object_id])
+        return super().change_view(request, object_id, form_url, extra_context)
+
+
+COMMAND_COLUMNS = [
+    "id",
+    "tenant",
+    "connector",
+    "state",
+    "why_badge",
+    "last_outlook",
+    "attempts",
+    "next_check",
+]
 
 
 @admin.register(Command)
-class CommandAdmin(admin.ModelAdmin):
-    list_display = [
-        "id",
-        "tenant",
-        "connector",
-        "state",
-        "skip_reason",
-        "last_outlook",
-        "attempts",
-        "next_attempt_at",
-        "created_at",
-    ]
-    list_filter = ["state", "skip_reason", "last_outlook"]
+class CommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
+    list_display = [*COMMAND_COLUMNS, "created_at"]
+    list_filter = ["state", SkipReasonFilter, "last_outlook", AuditEntryFilter]
     list_select_related = ["tenant", "connector"]
     search_fields = ["=id", "idempotency_key"]
     raw_id_fields = ["connector", "source", "delivery"]
     autocomplete_fields = ["tenant"]
     show_full_result_count = False
-    inlines = [AttemptInline]
+    paginator = CappedPaginator
+    actions = ["approve_selected", "resend_selected", "cancel_selected", "new_command_selected"]
 
     def get_readonly_fields(self, request, obj=None):
         # A new command starts approved (the sweep takes it); after that, only the loop moves it.
         if obj is None:
             return STATE_FIELDS
-        return ["tenant", "connector", "source", "delivery", "idempotency_key", "payload", *STATE_FIELDS]
+        return ["tenant", "connector", "source", "delivery", "idempotency_key", *DETAIL_FIELDS, *STATE_FIELDS]
 
     def get_fields(self, request, obj=None):
-        return ["tenant", "connector", "source", "delivery", "idempotency_key", "payload", *STATE_FIELDS]
+        if obj is None:
+            return ["tenant", "connector", "source", "delivery", "idempotency_key", "payload", *STATE_FIELDS]
+        return ["tenant", "connector", "source", "delivery", "idempotency_key", *DETAIL_FIELDS, *STATE_FIELDS]
+
+    @admin.display(description="why it waits")
+    def why_badge(self, command: Command):
+        return reason_badge(command)
+
+    @admin.display(description="next check", ordering="next_attempt_at")
+    def next_check(self, command: Command):
+        return command.next_attempt_at or "-"
+
+
+@admin.register(FailedCommand)
+class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
+    """The failed-command list: why each waits and what to do, cheap on 100,000+ rows.
+
+    Ordered by the partial index ``commands_failed_idx`` (skip_reason, -id) WHERE state = failed, so
+    the first page (and each skip-reason filter) is an index range scan; the count is capped
+    (``CappedPaginator``); every column reads the row and its tenant and connector (one join).
+    """
+
+    list_display = [
+        "id",
+        "tenant",
+        "connector_column",
+        "state",
+        "why_badge",
+        "last_outlook",
+        "attempts",
+        "next_check",
+        "error",
+        "age",
+    ]
+    list_filter = [
+        SkipReasonFilter,
+        "tenant",
+        ("connector", ConnectorFilter),
+        "last_outlook",
+        ErrorClassFilter,
+        AgeFilter,
+        AuditEntryFilter,
+    ]
+    list_select_related = ["tenant", "connector"]
+    search_fields = ["=id", "=idempotency_key", "last_error", "last_error_class"]
+    ordering = ["skip_reason", "-id"]
+    show_full_result_count = False
+    paginator = CappedPaginator
+    list_per_page = 100
+    actions = ["resend_selected", "cancel_selected", "new_command_selected"]
+    fields = ["tenant", "connector", "source", "delivery", "idempotency_key", *DETAIL_FIELDS, *STATE_FIELDS]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(state=State.FAILED)
+
+    def has_add_permission(self, request) -> bool:
+        return False  # commands come from intake, the API or the command list
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a view: its commands change only through the actions
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="why it waits")
+    def why_badge(self, command: Command):
+        return reason_badge(command)
+
+    @admin.display(description="next check", ordering="next_attempt_at")
+    def next_check(self, command: Command):
+        return command.next_attempt_at or "-"
+
+    @admin.display(description="connector", ordering="connector__name")
+    def connector_column(self, command: Command):
+        # Linked to its page: the fix for an after-fix command is made there.
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:commands_connector_change", args=[command.connector_id]),
+            command.connector.name,
+        )
+
+    @admin.display(description="last error")
+    def error(self, command: Command):
+        return short_error(command)
+
+
+# An audit entry links each of its commands only up to this many; beyond, the count and a link to
+# the command list filtered by the entry (a bulk resend may touch 100,000 commands).
+AUDIT_LINKED = 50
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(HistoryOnly, admin.ModelAdmin):
+    """What staff did, read-only: written by ``commands.actions``, never edited or deleted here."""
+
+    list_display = [
+        "at",
+        "username",
+        "action",
+        "via",
+        "short_reason",
+        "count",
+        "done",
+        "outcome",
+        "commands_link",
+    ]
+    list_filter = ["action", "via", ("user", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["username", "reason"]
+    date_hierarchy = "at"
+    show_full_result_count = False
+    fields = ["at", "username", "user", "action", "via", "reason", "count", "done", "outcome", "command_list"]
+    readonly_fields = fields
+
+    @admin.display(description="reason")
+    def short_reason(self, entry: AuditEntry) -> str:
+        return Truncator(entry.reason).chars(80) or "-"
+
+    @admin.display(description="result")
+    def outcome(self, entry: AuditEntry) -> str:
+        # {"skipped": {"not failed": 2}} reads "skipped: 2 not failed"; other keys as they are.
+        parts = []
+        for key, value in (entry.result or {}).items():
+            if isinstance(value, dict):
+                value = ", ".join(f"{n} {reason}" for reason, n in value.items()) or "none"
+            parts.append(f"{key}: {value}")
+        return "; ".join(parts) or "-"
+
+    @admin.display(description="commands")
+    def commands_link(self, entry: AuditEntry):
+        # The entry links the commands it changed (``done``); ``count`` is how many were asked for.
+        url = reverse("admin:commands_command_changelist") + f"?audit={entry.pk}"
+        return format_html('<a href="{}">{} changed</a> of {} asked', url, entry.done, entry.count)
+
+    @admin.display(description="commands")
+    def command_list(self, entry: AuditEntry):
+        ids = list(entry.commands.order_by("id").values_list("id", flat=True)[: AUDIT_LINKED + 1])
+        links = format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            [(reverse("admin:commands_command_change", args=[pk]), pk) for pk in ids[:AUDIT_LINKED]],
+        )
+        url = reverse("admin:commands_command_changelist") + f"?audit={entry.pk}"
+        more = f" and more: {entry.done} in all" if len(ids) > AUDIT_LINKED else ""
+        return format_html('{}{} — <a href="{}">list them</a>', links or "none", more, url)
 
 
 @admin.register(Attempt)

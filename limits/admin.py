@@ -31,8 +31,9 @@ class TenantAdmin(admin.ModelAdmin):
     search_fields = ["slug", "name"]
     list_filter = ["active"]
     inlines = [LimitOverrideInline]
+    readonly_fields = ["effective_limits_now"]
     fieldsets = [
-        (None, {"fields": ["slug", "name", "active"]}),
+        (None, {"fields": ["slug", "name", "active", "effective_limits_now"]}),
         (
             "Own limits (empty: the site default applies; an override below wins over both)",
             {"fields": [("hooks_rate", "hooks_burst"), ("bytes_rate", "bytes_burst"), "max_body_bytes"]},
@@ -54,6 +55,20 @@ class TenantAdmin(admin.ModelAdmin):
     @admin.display(description="bytes limit")
     def bytes_limit(self, tenant: Tenant) -> str:
         return effective_limits(tenant)["bytes"].describe()
+
+    @admin.display(description="effective limits now")
+    def effective_limits_now(self, tenant: Tenant) -> str:
+        """Each kind's limit that applies at this moment and where it comes from (first match wins:
+        an active override, the tenant's own, the site default, unlimited)."""
+        if tenant.pk is None:
+            return "-"
+        parts = []
+        for kind, limit in effective_limits(tenant).items():
+            text = f"{kind}: {limit.describe()}"
+            if limit.override is not None and limit.override.expires_at:
+                text += f" until {limit.override.expires_at:%Y-%m-%d %H:%M} UTC"
+            parts.append(text)
+        return "; ".join(parts)
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

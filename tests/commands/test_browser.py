@@ -1,0 +1,194 @@
+"""The staff path through a real browser (Playwright driving Debian's Chromium) against a real gunicorn:
+log in → failed list → filter after-fix → open the connector → fix the credential → the command is
+due now → resend another failed command with a typed override reason → the audit row is there.
+
+Screenshots of the failed list and the dashboard go to ``artifacts/screenshots/`` (CI keeps the
+folder). Without ``/usr/bin/chromium`` the test is skipped locally and fails under
+``ANKUSA_REQUIRE_SERVICES=1``: CI installs Chromium first (``.ci/run``).
+
+The server is a separate process, so the browser never shares this test's thread; the ORM calls
+made here between browser steps are allowed by ``DJANGO_ALLOW_ASYNC_UNSAFE`` because Playwright's
+sync API keeps an event loop on this thread (nothing else runs on it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import connections
+from django.utils import timezone
+
+from commands.models import Attempt, AuditEntry, Command, Connector
+from commands.states import State
+from limits.models import Tenant
+from tests.services import require_service
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(settings.BASE_DIR) / "artifacts" / "screenshots"
+PASSWORD = "a-long-browser-password-1"
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    # Set before the browser starts and undone after it stops (and after the database flush).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    if not os.path.exists(CHROMIUM):
+        require_service("Chromium", f"{CHROMIUM} is missing (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:  # pragma: no cover - playwright is pinned in requirements-dev.txt
+        require_service("Playwright", str(exc))
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def world(transactional_db):
+    """An admin-group user, a connector missing its credential with a command waiting for that fix,
+    and a non-idempotent connector with a command that needs an override to be resent."""
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    broken = Connector.objects.create(
+        tenant=tenant, name="billing", kind="http", url="http://127.0.0.1:9/", secret_header="Authorization"
+    )
+    risky = Connector.objects.create(
+        tenant=tenant, name="ledger", kind="http", url="http://127.0.0.1:9/", idempotent=False
+    )
+    now = timezone.now()
+    waiting = Command.objects.create(
+        tenant=tenant,
+        connector=broken,
+        payload={"invoice": "INV-1"},
+        state=State.FAILED,
+        last_outlook="after-fix",
+        skip_reason="backing-off",
+        attempts=1,
+        next_attempt_at=now + timezone.timedelta(minutes=10),
+        last_error_class="Configuration",
+        last_error="missing credential for the Authorization header",
+    )
+    unsure = Command.objects.create(
+        tenant=tenant,
+        connector=risky,
+        payload={"entry": "E-7"},
+        state=State.FAILED,
+        last_outlook="again",
+        skip_reason="not-idempotent",
+        attempts=1,
+        last_error_class="HTTPStatus",
+        last_error="HTTP 503 from the receiver",
+    )
+    # A day of history for the chart: sends that went out, and the failures above.
+    for hour in range(0, 24, 2):
+        done = Command.objects.create(tenant=tenant, connector=risky, state=State.SUCCEEDED, attempts=1)
+        at = now - timezone.timedelta(hours=hour, minutes=5)
+        Attempt.objects.create(
+            command=done, number=1, started_at=at, finished_at=at, ok=True, status_code=200
+        )
+    for command, outlook, hours in ((waiting, "after-fix", 3), (unsure, "again", 1)):
+        at = now - timezone.timedelta(hours=hours)
+        Attempt.objects.create(
+            command=command, number=1, started_at=at, finished_at=at, ok=False, outlook=outlook
+        )
+    user = User.objects.create_user("ops-admin", "ops@example.com", PASSWORD, is_staff=True)
+    user.groups.add(Group.objects.get(name="admin"))
+    return {"waiting": waiting, "unsure": unsure, "broken": broken, "user": user}
+
+
+def test_a_person_fixes_a_connector_and_resends_with_an_override_in_a_real_browser(
+    world, start_node, browser
+):
+    try:
+        walk_through(world, start_node, browser)
+    finally:
+        # Under Playwright's sync API the test body runs in a context of its own, and Django keeps
+        # a database connection per context: close it here, or PostgreSQL refuses to drop the
+        # test database at the end of the session.
+        connections.close_all()
+
+
+def walk_through(world, start_node, browser) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    node = start_node(workers=1, threads=4)
+    base = f"http://127.0.0.1:{node.port}"
+    waiting, unsure = world["waiting"], world["unsure"]
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(20_000)
+
+    # Log in: the admin index is the dashboard.
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", "ops-admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#ankusa-dashboard")
+    assert page.locator("#ankusa-outcomes").count() == 1  # the SVG chart, drawn by the server
+    page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)
+
+    # The failed list, then only what waits for a configuration fix.
+    page.goto(f"{base}/admin/commands/failedcommand/")
+    page.wait_for_selector("#result_list")
+    page.screenshot(path=str(SCREENSHOTS / "failed-list.png"), full_page=True)
+    page.locator("#changelist-filter a", has_text="after fix").first.click()
+    page.wait_for_url("**reason=after-fix**")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 1
+    assert "waiting for a configuration fix" in rows.first.inner_text()
+
+    # Open the command, follow its connector link, and set the missing credential.
+    rows.first.locator("th a").click()
+    page.wait_for_selector(".field-connector_link a")
+    page.screenshot(path=str(SCREENSHOTS / "command-detail.png"), full_page=True)
+    page.locator(".field-connector_link a").click()
+    page.wait_for_selector("#id_secret")
+    page.fill("#id_secret", "Bearer fixed-token")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".messagelist")
+
+    # Saving the connector made the command due at once (the next sweep takes it).
+    waiting.refresh_from_db()
+    assert waiting.skip_reason == ""
+    assert waiting.next_attempt_at <= timezone.now()
+    assert Command.objects.due(timezone.now()).filter(pk=waiting.pk).exists()
+    world["broken"].refresh_from_db()
+    assert world["broken"].secret == "Bearer fixed-token"
+
+    # Resend the other failed command: it needs an override, with a typed reason.
+    page.goto(f"{base}/admin/commands/failedcommand/?reason=not-idempotent")
+    page.check(f"input[name=_selected_action][value='{unsure.pk}']")
+    page.select_option("select[name=action]", "resend_selected")
+    page.click("button[name=index]")
+    page.wait_for_selector("#ankusa-plan")
+    assert "need an override" in page.inner_text("#ankusa-plan")
+    page.screenshot(path=str(SCREENSHOTS / "resend-confirmation.png"), full_page=True)
+    page.check("#id_override")
+    page.fill("#id_reason", "checked the ledger: entry E-7 never arrived")
+    page.click("input[value='Yes, resend']")
+    page.wait_for_selector(".messagelist")
+    assert "1 resent" in page.inner_text(".messagelist")
+
+    unsure.refresh_from_db()
+    assert unsure.resend_by_id == world["user"].pk
+
+    # The audit row is there, in its list and in the database.
+    page.goto(f"{base}/admin/commands/auditentry/")
+    row = page.locator("#result_list tbody tr").first
+    assert "resend with override" in row.inner_text()
+    assert "checked the ledger" in row.inner_text()
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.via, entry.username, entry.done) == (
+        "resend-override",
+        "admin",
+        "ops-admin",
+        1,
+    )
+    assert list(entry.commands.values_list("pk", flat=True)) == [unsure.pk]
