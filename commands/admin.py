@@ -207,13 +207,6 @@ class HistoryOnly:
 ATTEMPT_COLUMNS = ["number", "started_at", "finished_at", "ok", "outlook", "status_code", "error_class"]
 
 
-class AttemptInline(HistoryOnly, admin.TabularInline):
-    model = Attempt
-    fields = [*ATTEMPT_COLUMNS, "error_message"]
-    readonly_fields = fields
-    extra = 0
-
-
 STATE_FIELDS = [
     "state",
     "state_changed_at",
@@ -260,6 +253,15 @@ def moment(value) -> str:
 
 class CommandDetail:
     """The read-only parts of a command's page (both the command and the failed-command admin)."""
+
+    # List columns, shared by both lists.
+    @admin.display(description="why it waits")
+    def why_badge(self, command: Command):
+        return reason_badge(command)
+
+    @admin.display(description="next check", ordering="next_attempt_at")
+    def next_check(self, command: Command):
+        return command.next_attempt_at or "-"
 
     @admin.display(description="why it waits")
     def why(self, command: Command):
@@ -420,14 +422,6 @@ class CommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
             return ["tenant", "connector", "source", "delivery", "idempotency_key", "payload", *STATE_FIELDS]
         return ["tenant", "connector", "source", "delivery", "idempotency_key", *DETAIL_FIELDS, *STATE_FIELDS]
 
-    @admin.display(description="why it waits")
-    def why_badge(self, command: Command):
-        return reason_badge(command)
-
-    @admin.display(description="next check", ordering="next_attempt_at")
-    def next_check(self, command: Command):
-        return command.next_attempt_at or "-"
-
 
 @admin.register(FailedCommand)
 class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
@@ -480,14 +474,6 @@ class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
-
-    @admin.display(description="why it waits")
-    def why_badge(self, command: Command):
-        return reason_badge(command)
-
-    @admin.display(description="next check", ordering="next_attempt_at")
-    def next_check(self, command: Command):
-        return command.next_attempt_at or "-"
 
     @admin.display(description="connector", ordering="connector__name")
     def connector_column(self, command: Command):
