@@ -7,7 +7,8 @@
   manages tenants, limits, tokens and queue items.
 
 A person is given a group in the admin (Users → Groups); superusers hold every permission anyway.
-Running :func:`sync` again adds what a newer version grants and never removes anything by hand.
+:func:`sync` runs after every ``migrate`` too (``CommandsConfig``): it adds what a newer version
+grants and never removes a permission given by hand.
 """
 
 from __future__ import annotations

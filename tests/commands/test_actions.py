@@ -10,13 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
-from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.db import connections
 
-from commands import actions, dispatch, staff_groups
+from commands import actions, dispatch
 from commands.models import Attempt, AuditEntry, Command
 from commands.retry import Outlook, SkipReason
 from commands.states import State
@@ -30,9 +29,8 @@ T0 = datetime(2026, 9, 2, 9, 0, tzinfo=UTC)
 
 @pytest.fixture
 def staff(db):
-    """``staff("operator")``: a staff user in that group (the groups come from a migration, made
-    again here because a transactional test's flush removes them)."""
-    staff_groups.sync(apps)
+    """``staff("operator")``: a staff user in that group (the groups come from a migration, and
+    again after a transactional test's flush)."""
 
     def make(group: str) -> User:
         user = User.objects.create_user(group, is_staff=True)
