@@ -26,6 +26,7 @@ makes a corrected copy instead.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, CharField, Count, Q, Value, When
 from django.utils import timezone
 
@@ -279,7 +280,7 @@ def perform(
             done=len(changed),
             result={"skipped": skipped},
         )
-        entry.commands.add(*changed)
+        link(entry, changed)
     result = Done(action, total, len(changed), skipped, entry)
     log_event(
         logger,
@@ -293,6 +294,15 @@ def perform(
         commands=changed[:20],
     )
     return result
+
+
+def link(entry: AuditEntry, ids: list[int]) -> None:
+    """The entry's commands, in batches: a new entry links nothing yet, and ``commands.add`` would
+    first look all of them up in one ``IN`` list, which SQLite refuses past 32,766 ids."""
+    through = AuditEntry.commands.through
+    through.objects.bulk_create(
+        [through(auditentry_id=entry.pk, command_id=pk) for pk in ids], batch_size=CHUNK
+    )
 
 
 def _change(action: str, rows, *, user, now: datetime, due: dict) -> list[int]:
@@ -309,13 +319,32 @@ def _change(action: str, rows, *, user, now: datetime, due: dict) -> list[int]:
         for state in (State.DRAFT, State.APPROVED, State.FAILED):
             rows.transition(state, Event.CANCEL, now, resend_by=None)
     else:
-        rows.update(
-            resend_by=user,
-            next_attempt_at=Case(*(When(pk=pk, then=Value(due[pk])) for pk in winners)),
-            skip_reason="",
-            skip_decided_at=None,
-        )
+        _mark_resent(winners, due, user)
     return winners
+
+
+TABLE = Command._meta.db_table
+# Each command its own due time, in one statement per chunk: the pairs go as two arrays (PostgreSQL)
+# or one JSON list (SQLite), where a CASE with a branch per row cost the ORM ~0.1 s per 500 rows.
+MARK_SQL_POSTGRESQL = f"""
+UPDATE {TABLE} AS command SET resend_by_id = %s, next_attempt_at = v.due, skip_reason = '',
+    skip_decided_at = NULL
+FROM unnest(%s::bigint[], %s::timestamptz[]) AS v(id, due) WHERE command.id = v.id
+"""
+MARK_SQL = f"""
+UPDATE {TABLE} SET resend_by_id = %s, next_attempt_at = v.due, skip_reason = '', skip_decided_at = NULL
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS due FROM json_each(%s)) AS v
+WHERE {TABLE}.id = v.id
+"""
+
+
+def _mark_resent(ids: list[int], due: dict[int, datetime], user) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(MARK_SQL_POSTGRESQL, [user.pk, ids, [due[pk] for pk in ids]])
+        else:
+            stamp = connection.ops.adapt_datetimefield_value
+            cursor.execute(MARK_SQL, [user.pk, json.dumps([[pk, stamp(due[pk])] for pk in ids])])
 
 
 def new_command(

@@ -310,3 +310,24 @@ def test_of_many_threads_and_processes_resending_one_command_one_wins(failed, st
     assert sorted(results) == [0] * 6 + [1]
     assert AuditEntry.objects.filter(done=1).count() == 1
     assert AuditEntry.objects.count() == 7
+
+
+@pytest.mark.slow
+def test_a_bulk_resend_of_forty_thousand_commands_is_done_and_audited_whole(make_connector, staff, tenant):
+    connector = make_connector(kind="log", idempotent=True)
+    Command.objects.bulk_create(
+        [
+            Command(
+                tenant=tenant,
+                connector=connector,
+                state=State.FAILED,
+                attempts=1,
+                last_outlook=Outlook.AFTER_FIX,
+            )
+            for _ in range(40_000)
+        ],
+        batch_size=2000,
+    )
+    done = actions.perform("resend", Command.objects.all(), user=staff("operator"), via="api", now=T0)
+    assert done.done == 40_000
+    assert AuditEntry.objects.get().commands.count() == 40_000
