@@ -106,9 +106,14 @@ def _needs_override(category: str) -> bool:
     return category in (NOT_IDEMPOTENT, UNKNOWN)
 
 
+def _taken(override: bool) -> set[str]:
+    """The categories an act changes."""
+    return {WILL} | ({NOT_IDEMPOTENT, UNKNOWN} if override else set())
+
+
 def _eligible(action: str, override: bool) -> Q:
     """The condition of the commands ``perform`` changes, repeated in every CAS UPDATE."""
-    wanted = {WILL} | ({NOT_IDEMPOTENT, UNKNOWN} if override else set())
+    wanted = _taken(override)
     before, matched = Q(), Q(pk__in=[])
     for category, test in _categories(action):
         if category in wanted:
@@ -264,8 +269,7 @@ def perform(
             rows = Command.objects.filter(_eligible(action, override), pk__in=chunk)
             changed += _change(action, rows, user=user, now=now, due=due)
         total = sum(counts.values())
-        taken = {WILL} | ({NOT_IDEMPOTENT, UNKNOWN} if override else set())
-        skipped = {category: n for category, n in counts.items() if category not in taken}
+        skipped = {category: n for category, n in counts.items() if category not in _taken(override)}
         raced = len(ids) - len(changed)
         if raced:
             skipped["changed meanwhile"] = raced
