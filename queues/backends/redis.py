@@ -348,15 +348,16 @@ if ARGV[1] == 'busy' then
   end
   return out
 end
+-- Read in pages of at least 100, so a run of tombstones costs few LRANGE calls.
 local key = ARGV[1] == 'main' and MAIN or FAILED
 local start, found = 0, 0
 while found < want do
-  local ids = redis.call('LRANGE', key, start, start + want - found - 1)
+  local ids = redis.call('LRANGE', key, start, start + math.max(want - found, 100) - 1)
   if #ids == 0 then break end
   start = start + #ids
   local records = chunked('HMGET', ITEMS, ids, 1)
   for i, id in ipairs(ids) do
-    if records[i] then
+    if records[i] and found < want then
       found = found + 1
       out[#out + 1] = id
       out[#out + 1] = records[i]

@@ -45,3 +45,12 @@ def test_a_dropped_waiting_item_stays_in_main_as_a_counted_tombstone_until_claim
     assert (django_redis.llen(main), int(django_redis.get(dropped)), queue.length("main")) == (0, 0, 0)
     assert queue.drop_ids([queue.enqueue("x")[0]]) == 1
     assert (django_redis.llen(main), int(django_redis.get(dropped))) == (0, 0)
+
+
+def test_peek_reads_past_a_long_run_of_tombstones(django_redis):
+    queue = RedisFIFO("commands")
+    ids = queue.enqueue(*range(300))
+    assert queue.drop_ids(ids[1:299]) == 298
+    assert [item.payload for item in queue.peek("main", 1)] == [0]
+    assert [item.payload for item in queue.peek("main", 5)] == [0, 299]
+    assert queue.length("main") == 2
