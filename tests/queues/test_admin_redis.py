@@ -66,10 +66,10 @@ def test_the_page_shows_attempts_and_the_escaped_error_of_failed_items(staff, ma
     assert "<td>1</td><td>0</td><td>1</td>" in html  # claims, requeues, fails
 
 
-def test_a_long_payload_is_cut(staff, django_redis):
-    RedisFIFO("mail").enqueue({"body": "x" * 500})
+def test_a_payload_is_escaped_and_a_long_one_cut(staff, django_redis):
+    RedisFIFO("mail").enqueue({"body": "<b>" + "x" * 500})
     html = staff.get(page()).content.decode()
-    assert "x" * 60 in html and "x" * 100 not in html
+    assert "&lt;b&gt;" + "x" * 60 in html and "x" * 100 not in html and "<b>x" not in html
 
 
 def test_requeue_shows_the_count_before_doing_anything(staff, mail):
