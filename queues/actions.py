@@ -5,6 +5,17 @@ the queue), so the three behave the same. Which queues exist: every queue name w
 database backend, every name in the Redis registry (only when this site uses Redis at all, so a
 site without Redis never waits on it), and every name the settings route to a backend.
 
+Acting on chosen items of any backend (the admin's page of a Redis queue): ``requeue_chosen`` /
+``drop_chosen`` call the queue's ``requeue_ids`` / ``drop_ids``, one atomic step. Acting on every
+item of a sub-queue (``requeue_sub_queue`` / ``drop_sub_queue``) means what ticking each of them
+would mean: failed uses the queue's own ``requeue_failed`` / ``remove_failed``; busy and main are
+walked ``peek`` by ``peek``, ``BATCH`` ids per step, up to the length seen at the start (and, in
+busy, only claims made before the start), so items arriving meanwhile are left alone and no step
+holds Redis or a transaction for long. Not ``handle_expired(timedelta(0))``: that counts towards the
+requeue limit and into the recovery metric, and this is neither. Cost: O(sub-queue) in steps of
+``BATCH``; a worker holding a busy item loses it (its ``done`` becomes a no-op), and an item
+claimed between a step's peek and its drop is dropped from busy.
+
 What it does NOT do: show a queue that exists only in a Redis this site is not configured to use,
 or stop a Redis outage from being an error line in the overview (never a failed page).
 """
@@ -21,10 +32,13 @@ from django.db.models import QuerySet
 from ankusa_site.health import redis_in_use
 from ankusa_site.logs import log_event
 from queues.backends.database import DatabaseFIFO
-from queues.fifo import ReliableFIFO, backend_for, get_queue
+from queues.fifo import NAME_PATTERN, Item, Kind, ReliableFIFO, backend_for, get_queue
 from queues.models import QueueItem
 
 logger = logging.getLogger("ankusa.queues")
+# Ids per step of an action on every item of a busy or main sub-queue: one peek and one script
+# each, so Redis is never held for more than a few milliseconds.
+BATCH = 1000
 
 
 def known_queues() -> tuple[list[ReliableFIFO], list[str]]:
@@ -81,3 +95,90 @@ def drop_items(items: QuerySet[QueueItem]) -> int:
     dropped = sum(queue.drop_ids(ids) for queue, ids in _by_queue(items))
     log_event(logger, "queue_items_dropped_by_operator", count=dropped)
     return dropped
+
+
+# --- Redis queues, item by item ------------------------------------------------------------------
+
+
+def redis_queue(name: str) -> ReliableFIFO | None:
+    """The Redis queue called ``name``, or None when no such queue exists: one in the registry
+    (it had items once) or one the settings send to Redis. Raises ``RedisError`` on an outage."""
+    if not NAME_PATTERN.match(name):
+        return None
+    from queues.backends.redis import known_queues as redis_queue_names
+
+    if backend_for(name) == "redis" or name in redis_queue_names():
+        return get_queue(name, backend="redis")
+    return None
+
+
+def sub_queue(queue: ReliableFIFO, kind: Kind, n: int = 100) -> tuple[int, list[Item]]:
+    """The length of a sub-queue and its first ``n`` items (the admin's page)."""
+    return queue.length(kind), queue.peek(kind, n)
+
+
+def requeue_chosen(queue: ReliableFIFO, ids: list[int]) -> int:
+    """Put the chosen busy and failed items of one queue at its tail, with a fresh requeue count."""
+    moved = queue.requeue_ids(ids)
+    log_event(
+        logger, "queue_items_requeued_by_operator", queue=queue.name, backend=queue.backend, count=moved
+    )
+    return moved
+
+
+def drop_chosen(queue: ReliableFIFO, ids: list[int]) -> int:
+    """Delete the chosen items of one queue, whatever their sub-queue."""
+    dropped = queue.drop_ids(ids)
+    log_event(
+        logger, "queue_items_dropped_by_operator", queue=queue.name, backend=queue.backend, count=dropped
+    )
+    return dropped
+
+
+def requeue_sub_queue(queue: ReliableFIFO, kind: Kind) -> int:
+    """Put every busy (or failed) item of a queue at its tail, with a fresh requeue count."""
+    if kind == "main":
+        raise ValueError("Items in main are waiting already: there is nothing to requeue.")
+    if kind == "failed":
+        moved = queue.requeue_failed()
+    else:
+        moved = _step_through(queue, kind, queue.requeue_ids)
+    log_event(
+        logger,
+        "queue_sub_queue_requeued_by_operator",
+        queue=queue.name,
+        backend=queue.backend,
+        kind=kind,
+        count=moved,
+    )
+    return moved
+
+
+def drop_sub_queue(queue: ReliableFIFO, kind: Kind) -> int:
+    """Delete every item of one sub-queue of a queue."""
+    dropped = queue.remove_failed() if kind == "failed" else _step_through(queue, kind, queue.drop_ids)
+    log_event(
+        logger,
+        "queue_sub_queue_dropped_by_operator",
+        queue=queue.name,
+        backend=queue.backend,
+        kind=kind,
+        count=dropped,
+    )
+    return dropped
+
+
+def _step_through(queue: ReliableFIFO, kind: Kind, act) -> int:
+    """``act(ids)`` on the items of a sub-queue, ``BATCH`` at a time, up to the length seen now."""
+    started = queue.clock()
+    remaining = queue.length(kind)
+    total = 0
+    while remaining > 0:
+        items = queue.peek(kind, min(BATCH, remaining))
+        if kind == "busy":  # busy is in claim order: stop at the first claim made since we started
+            items = [item for item in items if item.claimed_at is not None and item.claimed_at <= started]
+        if not items:
+            break
+        total += act([item.id for item in items])
+        remaining -= len(items)
+    return total

@@ -203,6 +203,24 @@ class ReliableFIFO(abc.ABC):
     def remove_failed(self, older_than: timedelta | None = None, *, limit: int | None = None) -> int:
         """Delete failed items that failed at least ``older_than`` ago (all, without it)."""
 
+    # --- operator actions on chosen items (the admin's requeue / drop) -------------------------------
+
+    @abc.abstractmethod
+    def requeue_ids(self, ids: Iterable[int]) -> int:
+        """Put the chosen busy or failed items at the tail of main with a fresh requeue count, in
+        one atomic step; returns how many moved.
+
+        A person's decision, so it ignores claims (a worker holding a busy item loses it: its
+        ``done`` becomes a no-op) and the requeue limit. Items already waiting stay where they are;
+        unknown ids are ignored. The order among the moved items is the backend's (the database:
+        their last place in main; Redis: their ids, that is the order they were first enqueued).
+        """
+
+    @abc.abstractmethod
+    def drop_ids(self, ids: Iterable[int]) -> int:
+        """Delete the chosen items whatever their sub-queue, in one atomic step; returns how many.
+        A worker holding a dropped busy item finds its ``done`` a no-op; unknown ids are ignored."""
+
     # --- inspection ---------------------------------------------------------------------------------
 
     @abc.abstractmethod

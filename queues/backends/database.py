@@ -32,6 +32,7 @@ counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from itertools import chain
 from typing import Any
@@ -335,11 +336,9 @@ class DatabaseFIFO(ReliableFIFO):
 
     # --- operator actions on chosen rows (the admin's requeue / drop) -------------------------------
 
-    def requeue_ids(self, ids: list[int]) -> int:
-        """Put chosen busy or failed items at the tail of main with a fresh requeue count.
-
-        A person's decision, so it ignores claims and the requeue limit; waiting items stay put.
-        """
+    def requeue_ids(self, ids: Iterable[int]) -> int:
+        """See ``ReliableFIFO.requeue_ids``: in their last order in main (position, then id)."""
+        ids = [int(pk) for pk in ids]
         with self._atomic():
             rows = list(
                 self._rows()
@@ -356,8 +355,9 @@ class DatabaseFIFO(ReliableFIFO):
             )
         return len(rows)
 
-    def drop_ids(self, ids: list[int]) -> int:
-        """Delete chosen items, whatever their sub-queue."""
+    def drop_ids(self, ids: Iterable[int]) -> int:
+        """See ``ReliableFIFO.drop_ids``."""
+        ids = [int(pk) for pk in ids]
         return self._rows().filter(pk__in=ids).delete()[0]
 
     # --- inspection ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ every script may touch them all)::
     ankusa:queue:{q}:items   hash id -> record: "enqueued_us:claims_ended:requeues:fails:
                              failed_us:error_length:" + error + payload JSON
     ankusa:queue:{q}:seq     the last id handed out (ids are never reused, even after a flush)
+    ankusa:queue:{q}:dropped how many ids in main have no record any more (dropped by an operator)
 
 plus ``ankusa:queues``, the set of queue names, for the admin and ``manage.py queues stats``.
 
@@ -26,6 +27,15 @@ does not.
 Times (claim, failure, enqueue) come from the caller's clock, passed into the scripts as
 microseconds, so tests can move time and every backend reads the same clock.
 
+An operator's ``drop_ids`` deletes the record and takes the id out of busy (ZREM, O(log busy)) or
+failed (LREM, O(failed): an operator's list, read whole by ``requeue_failed`` anyway), but leaves
+an id that waits in main where it is, as a tombstone, and counts it in ``dropped``: LREM would
+cost O(length of main) per id, and main is the list that grows to millions. Claims pop tombstones
+and skip them (one HMGET that claims do anyway; a tombstone costs its LPOP once), ``peek`` skips
+them, ``length("main")`` is LLEN minus ``dropped``, and a drop pops the tombstones it leaves at the
+head right away (dropping the first items of main leaves none). What remains: tombstones in the
+middle of main cost ``peek`` one HMGET slot each until a claim pops them.
+
 What it does NOT do: survive a Redis that loses writes (persistence and replication are the Redis
 operator's choice; with ``appendfsync everysec`` a crash loses up to a second of queue changes);
 ``requeue_failed`` reads the whole failed list in one script (an operator's action; 100,000
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -64,11 +75,11 @@ NO_CLAIM = -1
 # times more than into a skiplist of 100,000.
 SENTINEL = "~" * 72
 
-# KEYS of every script: main, busy, failed, items, seq. Multi-item commands go in chunks of 1,000
+# KEYS of every script: main, busy, failed, items, seq, dropped. Multi-item commands go in chunks of 1,000
 # items: Lua's unpack() stops near 8,000 values. Each script carries only the functions it calls
 # (defining the others on every call costs a few microseconds of a single-item round trip).
 HEADER = f"""
-local MAIN, BUSY, FAILED, ITEMS, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local MAIN, BUSY, FAILED, ITEMS, SEQ, DROPPED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local SENTINEL = '{SENTINEL}'
 """
 
@@ -102,17 +113,35 @@ local function pack(m)
 end
 """,
     "claim": """
--- Claim the first n ids of main at time now: {ids, records}.
+-- Claim the first n ids of main at time now: {ids, records}. An id without a record was dropped
+-- while it waited (a tombstone): it is popped, uncounted from DROPPED and replaced by the next.
 local function claim(now, n)
-  local ids = redis.call('LPOP', MAIN, n)
-  if not ids then return {} end
+  local ids, records = {}, {}
+  local want = tonumber(n)
+  while #ids < want do
+    local popped = redis.call('LPOP', MAIN, want - #ids)
+    if not popped then break end
+    local found = chunked('HMGET', ITEMS, popped, 1)
+    local skipped = 0
+    for i, id in ipairs(popped) do
+      if found[i] then
+        ids[#ids + 1] = id
+        records[#records + 1] = found[i]
+      else
+        skipped = skipped + 1
+      end
+    end
+    if skipped == 0 then break end
+    redis.call('DECRBY', DROPPED, skipped)
+  end
+  if #ids == 0 then return {} end
   local scored = {'+inf', SENTINEL}
   for _, id in ipairs(ids) do
     scored[#scored + 1] = now
     scored[#scored + 1] = id
   end
   chunked('ZADD', BUSY, scored, 2)
-  return {ids, chunked('HMGET', ITEMS, ids, 1)}
+  return {ids, records}
 end
 """,
     "held": """
@@ -135,6 +164,46 @@ local function held(spec)
     end
   end
   return out
+end
+""",
+    "chosen": """
+-- The distinct ids of ARGV[from..], in id order, with their busy scores and records (false when
+-- not busy / gone). The sub-queue of a live item: busy when scored, failed when its record has a
+-- failure time (set on the way to failed, cleared on the way back), else main.
+local function chosen(from)
+  local seen, ids = {}, {}
+  for i = from, #ARGV do
+    local id = ARGV[i]
+    if not seen[id] then
+      seen[id] = true
+      ids[#ids + 1] = id
+    end
+  end
+  table.sort(ids, function(a, b) return tonumber(a) < tonumber(b) end)
+  return ids, chunked('ZMSCORE', BUSY, ids, 1), chunked('HMGET', ITEMS, ids, 1)
+end
+
+local function failed_at(record)
+  return string.match(record, '^%d+:%d+:%d+:%d+:(%d+):')
+end
+""",
+    "unfail": """
+-- Take ids out of the failed list: LREM each (stops at the id) for a few, else one rewrite of
+-- the list, so a large selection costs O(failed) once rather than once per id.
+local function unfail(ids)
+  if #ids == 0 then return end
+  if #ids <= 32 then
+    for _, id in ipairs(ids) do redis.call('LREM', FAILED, 1, id) end
+    return
+  end
+  local gone = {}
+  for _, id in ipairs(ids) do gone[id] = true end
+  local kept = {}
+  for _, id in ipairs(redis.call('LRANGE', FAILED, 0, -1)) do
+    if not gone[id] then kept[#kept + 1] = id end
+  end
+  redis.call('DEL', FAILED)
+  chunked('RPUSH', FAILED, kept, 1)
 end
 """,
     "finish": """
@@ -266,32 +335,103 @@ end
 return removed
 """
 
-# ARGV: kind, n  ->  flat list of id, record, claim time ('' outside busy)
+# ARGV: kind, n  ->  flat list of id, record, claim time ('' outside busy); main skips tombstones
 PEEK = """
 local out = {}
-local last = tonumber(ARGV[2]) - 1
-local ids, scores = {}, {}
+local want = tonumber(ARGV[2])
 if ARGV[1] == 'busy' then
-  local found = redis.call('ZRANGEBYSCORE', BUSY, '-inf', '(+inf', 'WITHSCORES', 'LIMIT', 0, last + 1)
+  local found = redis.call('ZRANGEBYSCORE', BUSY, '-inf', '(+inf', 'WITHSCORES', 'LIMIT', 0, want)
   for i = 1, #found, 2 do
-    ids[#ids + 1] = found[i]
-    scores[#scores + 1] = found[i + 1]
+    out[#out + 1] = found[i]
+    out[#out + 1] = redis.call('HGET', ITEMS, found[i])
+    out[#out + 1] = found[i + 1]
   end
-else
-  ids = redis.call('LRANGE', ARGV[1] == 'main' and MAIN or FAILED, 0, last)
+  return out
 end
-for i, id in ipairs(ids) do
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', ITEMS, id)
-  out[#out + 1] = scores[i] or ''
+-- Read in pages of at least 100, so a run of tombstones costs few LRANGE calls.
+local key = ARGV[1] == 'main' and MAIN or FAILED
+local start, found = 0, 0
+while found < want do
+  local ids = redis.call('LRANGE', key, start, start + math.max(want - found, 100) - 1)
+  if #ids == 0 then break end
+  start = start + #ids
+  local records = chunked('HMGET', ITEMS, ids, 1)
+  for i, id in ipairs(ids) do
+    if records[i] and found < want then
+      found = found + 1
+      out[#out + 1] = id
+      out[#out + 1] = records[i]
+      out[#out + 1] = ''
+    end
+  end
 end
 return out
 """
 
+# ARGV: id...  ->  how many busy or failed items went to the tail of main (in id order)
+REQUEUE_IDS = """
+local ids, scores, records = chosen(1)
+local moved, unfailed = {}, {}
+for i, id in ipairs(ids) do
+  local record = records[i]
+  if record and (scores[i] or failed_at(record) ~= '0') then
+    local m = parse(record)
+    if scores[i] then
+      m.ended = m.ended + 1
+    else
+      unfailed[#unfailed + 1] = id
+    end
+    m.rq = 0
+    m.failed = '0'
+    redis.call('HSET', ITEMS, id, pack(m))
+    moved[#moved + 1] = id
+  end
+end
+chunked('ZREM', BUSY, moved, 1)
+unfail(unfailed)
+chunked('RPUSH', MAIN, moved, 1)
+return #moved
+"""
+
+# ARGV: id...  ->  how many items were deleted, whatever their sub-queue
+DROP_IDS = """
+local ids, scores, records = chosen(1)
+local gone, busy, unfailed, waiting = {}, {}, {}, 0
+for i, id in ipairs(ids) do
+  local record = records[i]
+  if record then
+    gone[#gone + 1] = id
+    if scores[i] then
+      busy[#busy + 1] = id
+    elseif failed_at(record) ~= '0' then
+      unfailed[#unfailed + 1] = id
+    else
+      waiting = waiting + 1
+    end
+  end
+end
+chunked('HDEL', ITEMS, gone, 1)
+chunked('ZREM', BUSY, busy, 1)
+unfail(unfailed)
+if waiting > 0 then
+  redis.call('INCRBY', DROPPED, waiting)
+  while true do
+    local head = redis.call('LINDEX', MAIN, 0)
+    if not head or redis.call('HEXISTS', ITEMS, head) == 1 then break end
+    redis.call('LPOP', MAIN)
+    redis.call('DECR', DROPPED)
+  end
+end
+return #gone
+"""
+
+# ARGV: none  ->  LLEN main and the tombstones in it
+MAIN_LENGTH = "return {redis.call('LLEN', MAIN), tonumber(redis.call('GET', DROPPED) or '0')}"
+
 # ->  how many items there were
 FLUSH = """
 local n = redis.call('HLEN', ITEMS)
-redis.call('UNLINK', MAIN, BUSY, FAILED, ITEMS)
+redis.call('UNLINK', MAIN, BUSY, FAILED, ITEMS, DROPPED)
 return n
 """
 
@@ -304,7 +444,10 @@ SCRIPTS = {  # name: (body, the functions it calls, in definition order)
     "expire": (EXPIRE, ["chunked", "parse", "pack", "finish", "move"]),
     "requeue_failed": (REQUEUE_FAILED, ["chunked", "parse", "pack"]),
     "remove_failed": (REMOVE_FAILED, ["parse"]),
-    "peek": (PEEK, []),
+    "requeue_ids": (REQUEUE_IDS, ["chunked", "parse", "pack", "chosen", "unfail"]),
+    "drop_ids": (DROP_IDS, ["chunked", "chosen", "unfail"]),
+    "peek": (PEEK, ["chunked"]),
+    "main_length": (MAIN_LENGTH, []),
     "flush": (FLUSH, []),
 }
 SOURCES = {
@@ -330,7 +473,7 @@ class RedisFIFO(ReliableFIFO):
         super().__init__(name, **options)
         self.redis = client if client is not None else get_redis_connection("redis")
         prefix = f"ankusa:queue:{{{name}}}:"
-        self.keys = [prefix + part for part in ("main", "busy", "failed", "items", "seq")]
+        self.keys = [prefix + part for part in ("main", "busy", "failed", "items", "seq", "dropped")]
 
     def _run(self, script: str, *args: Any) -> Any:
         """EVALSHA straight through the client (redis-py's Script wrapper costs a third of a round
@@ -433,13 +576,26 @@ class RedisFIFO(ReliableFIFO):
                 break
         return removed
 
+    # --- operator actions on chosen items (the admin's requeue / drop) -------------------------------
+
+    def requeue_ids(self, ids: Iterable[int]) -> int:
+        ids = [int(pk) for pk in ids]
+        return self._run("requeue_ids", *ids) if ids else 0
+
+    def drop_ids(self, ids: Iterable[int]) -> int:
+        ids = [int(pk) for pk in ids]
+        return self._run("drop_ids", *ids) if ids else 0
+
     # --- inspection ---------------------------------------------------------------------------------
 
     def length(self, kind: Kind = "main") -> int:
-        main, busy, failed = self.keys[:3]
+        if kind == "main":
+            listed, dropped = self._run("main_length")  # one script: both numbers of one moment
+            return max(listed - dropped, 0)
+        busy, failed = self.keys[1:3]
         if kind == "busy":
             return self.redis.zcount(busy, "-inf", "(+inf")  # all but the sentinel
-        return self.redis.llen({"main": main, "failed": failed}[kind])
+        return self.redis.llen(failed)
 
     def peek(self, kind: Kind = "main", n: int = 1) -> list[Item]:
         return _peeked(self._run("peek", kind, n))

@@ -90,7 +90,8 @@ def test_the_overview_shows_every_queue_of_both_backends(staff, jobs, django_red
     RedisFIFO("mail").enqueue("m1", "m2")
     page = staff.get(reverse("admin:queues_overview")).content.decode()
     assert '<a href="/admin/queues/queueitem/?queue=jobs">jobs</a></td>\n      <td>database</td>' in page
-    assert "<td>mail</td>\n      <td>redis</td>\n      \n      <td>2</td>" in page
+    assert '<a href="/admin/queues/queueitem/redis/mail/">mail</a></td>\n      <td>redis</td>' in page
+    assert '<a href="/admin/queues/queueitem/redis/mail/?kind=main">2</a>' in page
 
 
 def test_the_overview_shows_a_redis_outage_as_a_line_not_an_error_page(staff, jobs, settings):

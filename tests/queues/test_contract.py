@@ -525,6 +525,110 @@ def test_a_queue_name_must_be_safe_for_keys_and_urls(make_queue):
             make_queue(bad)
 
 
+# --- operator actions on chosen items ---------------------------------------------------------------
+
+
+def test_requeue_ids_moves_busy_and_failed_items_to_the_tail_with_a_fresh_count(make_queue):
+    queue = make_queue(requeue_limit=1)
+    queue.enqueue("a", "b", "c")
+    queue.requeue(*queue.claim(), error="slow")  # a: requeued once, the limit
+    b, c, a = queue.claim(3)
+    queue.requeue(a, error="boom")  # past the limit: failed
+    queue.done(c)
+    queue.enqueue("e")
+    assert queue.requeue_ids([b.id, a.id]) == 2
+    assert (queue.length("main"), queue.length("busy"), queue.length("failed")) == (3, 0, 0)
+    waiting = queue.peek("main", 5)
+    assert waiting[0].payload == "e"
+    moved = {item.payload: item for item in waiting[1:]}
+    assert (moved["a"].requeue_count, moved["a"].fail_count, moved["a"].last_error) == (0, 1, "boom")
+    assert (moved["a"].failed_at, moved["a"].claimed_at, moved["a"].claims) == (None, None, 2)
+    assert (moved["b"].requeue_count, moved["b"].claimed_at, moved["b"].claims) == (0, None, 1)
+    queue.claim(3)
+    assert queue.requeue_ids([a.id]) == 1  # fresh count: the limit does not send it to failed
+
+
+def test_requeue_ids_takes_a_busy_item_from_its_worker(queue, queue_log):
+    queue.enqueue("a")
+    (item,) = queue.claim()
+    assert queue.requeue_ids([item.id]) == 1
+    assert queue.done(item) == 0
+    (again,) = queue.claim()
+    assert (again.id, again.claims) == (item.id, 2)
+
+
+def test_requeue_ids_leaves_waiting_items_in_place_and_ignores_unknown_and_repeated_ids(queue):
+    ids = queue.enqueue("a", "b", "c")
+    assert queue.requeue_ids([ids[0], 10**9]) == 0
+    assert queue.requeue_ids([]) == 0
+    (a,) = queue.claim()
+    assert queue.requeue_ids([a.id, a.id]) == 1
+    assert [item.payload for item in queue.claim(5)] == ["b", "c", "a"]
+
+
+def test_drop_ids_deletes_items_from_every_sub_queue(queue):
+    queue.enqueue("a", "b", "c", "d", "e")
+    a, b = queue.claim(2)
+    queue.fail(a, "boom")
+    d = queue.peek("main", 2)[1]
+    assert queue.drop_ids([a.id, b.id, d.id]) == 3
+    assert (queue.length("main"), queue.length("busy"), queue.length("failed")) == (2, 0, 0)
+    assert [item.payload for item in queue.peek("main", 5)] == ["c", "e"]
+    assert [item.payload for item in queue.claim(5)] == ["c", "e"]
+
+
+def test_a_claimed_then_dropped_item_cannot_be_finished_or_requeued(queue, queue_log):
+    queue.enqueue("a")
+    (item,) = queue.claim()
+    assert queue.drop_ids([item.id]) == 1
+    assert queue.done(item) == 0
+    assert queue.done(item.id) == 0
+    assert queue.requeue(item) == 0
+    assert queue.requeue_ids([item.id]) == 0
+    assert (queue.length("main"), queue.length("busy"), queue.length("failed")) == (0, 0, 0)
+
+
+def test_drop_ids_ignores_unknown_repeated_and_already_dropped_ids(queue):
+    ids = queue.enqueue("a", "b")
+    assert queue.drop_ids([ids[0], ids[0], 10**9]) == 1
+    assert queue.drop_ids([ids[0]]) == 0
+    assert queue.drop_ids([]) == 0
+    assert [item.payload for item in queue.claim(5)] == ["b"]
+
+
+def test_dropped_waiting_items_are_not_counted_peeked_or_claimed(queue, clock):
+    ids = queue.enqueue(*range(3))
+    clock.advance(seconds=10)
+    ids += queue.enqueue(*range(3, 8))
+    clock.advance(seconds=5)
+    assert queue.drop_ids([ids[1], ids[3], ids[4], ids[7]]) == 4
+    assert queue.length("main") == 4
+    assert [item.payload for item in queue.peek("main", 3)] == [0, 2, 5]
+    assert queue.drop_ids([ids[0], ids[2]]) == 2  # the head: what waits now was enqueued later
+    assert queue.age("main") == timedelta(seconds=5)
+    assert [item.payload for item in queue.claim(1)] == [5]
+    assert queue.length("main") == 1
+    assert [item.payload for item in queue.claim(5)] == [6]
+    assert queue.claim(5) == []
+    assert queue.length("main") == 0
+    queue.enqueue("x", "y")
+    queue.drop_ids([queue.peek("main", 2)[1].id])
+    assert queue.flush() == 3  # x, and 5 and 6 in busy
+    assert queue.length("main") == 0
+
+
+def test_requeue_and_drop_of_many_failed_items_keep_the_rest_in_failure_order(queue):
+    queue.enqueue(*range(80))
+    for item in queue.claim(80):
+        queue.fail(item, "boom")
+    failed = queue.peek("failed", 80)
+    assert queue.requeue_ids([item.id for item in failed[::2]]) == 40
+    assert queue.drop_ids([item.id for item in failed[1:71:2]]) == 35
+    assert [item.payload for item in queue.peek("failed", 80)] == [71, 73, 75, 77, 79]
+    assert queue.length("failed") == 5
+    assert [item.payload for item in queue.claim(80)] == list(range(0, 80, 2))
+
+
 # --- consume ----------------------------------------------------------------------------------------
 
 

@@ -29,3 +29,28 @@ def test_the_busy_set_is_a_skiplist_from_the_first_claim(django_redis):
     busy = django_redis.zrangebyscore(queue.keys[1], "-inf", "(+inf")
     assert [int(pk) for pk in busy] == [items[i].id for i in (0, 1, 2, 4)]
     assert queue.length("busy") == 4
+
+
+def test_a_dropped_waiting_item_stays_in_main_as_a_counted_tombstone_until_claimed(django_redis):
+    """Dropping from main costs no LREM: the id stays, counted in ``dropped``, and claims pop it;
+    a drop at the head pops its tombstones at once."""
+    queue = RedisFIFO("commands")
+    ids = queue.enqueue(*range(5))
+    main, dropped = queue.keys[0], queue.keys[5]
+    assert queue.drop_ids([ids[2], ids[3]]) == 2
+    assert (django_redis.llen(main), int(django_redis.get(dropped)), queue.length("main")) == (5, 2, 3)
+    assert queue.drop_ids([ids[0]]) == 1
+    assert (django_redis.llen(main), int(django_redis.get(dropped))) == (4, 2)
+    assert [item.payload for item in queue.claim(2)] == [1, 4]
+    assert (django_redis.llen(main), int(django_redis.get(dropped)), queue.length("main")) == (0, 0, 0)
+    assert queue.drop_ids([queue.enqueue("x")[0]]) == 1
+    assert (django_redis.llen(main), int(django_redis.get(dropped))) == (0, 0)
+
+
+def test_peek_reads_past_a_long_run_of_tombstones(django_redis):
+    queue = RedisFIFO("commands")
+    ids = queue.enqueue(*range(300))
+    assert queue.drop_ids(ids[1:299]) == 298
+    assert [item.payload for item in queue.peek("main", 1)] == [0]
+    assert [item.payload for item in queue.peek("main", 5)] == [0, 299]
+    assert queue.length("main") == 2

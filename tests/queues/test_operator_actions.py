@@ -1,0 +1,72 @@
+"""``queues.actions`` on chosen items and on whole sub-queues, against both backends."""
+
+from __future__ import annotations
+
+import pytest
+
+from queues import actions
+from tests.queues.conftest import FakeClock
+
+pytestmark = pytest.mark.django_db
+
+
+def events(log) -> list[dict]:
+    return [
+        {"event": record.event, **record.fields} for record in log.records if getattr(record, "event", "")
+    ]
+
+
+def test_drop_sub_queue_of_main_steps_through_more_than_one_batch(queue, monkeypatch, queue_log):
+    monkeypatch.setattr(actions, "BATCH", 3)
+    queue.enqueue(*range(10))
+    queue.claim()
+    assert actions.drop_sub_queue(queue, "main") == 9
+    assert (queue.length("main"), queue.length("busy")) == (0, 1)
+    assert {
+        "event": "queue_sub_queue_dropped_by_operator",
+        "queue": "jobs",
+        "backend": queue.backend,
+        "kind": "main",
+        "count": 9,
+    } in events(queue_log)
+
+
+def test_requeue_sub_queue_of_busy_leaves_claims_made_after_it_started(queue, make_queue, clock, monkeypatch):
+    monkeypatch.setattr(actions, "BATCH", 2)
+    queue.enqueue(*range(6))
+    early = queue.claim(5)
+    ahead = FakeClock(clock.now)
+    ahead.advance(hours=1)
+    queue.unclaim(early[-1])
+    (late,) = make_queue(clock=ahead).claim()  # claimed "after" the operator's action starts
+    assert actions.requeue_sub_queue(queue, "busy") == 4
+    assert [item.id for item in queue.peek("busy", 5)] == [late.id]
+    assert [item.payload for item in queue.peek("main", 10)] == [5, 0, 1, 2, 3]
+
+
+def test_requeue_and_drop_of_failed_use_the_whole_failed_list(queue):
+    queue.enqueue("a", "b", "c")
+    for item in queue.claim(3):
+        queue.fail(item, "boom")
+    assert actions.requeue_sub_queue(queue, "failed") == 3
+    for item in queue.claim(2):
+        queue.fail(item, "boom")
+    assert actions.drop_sub_queue(queue, "failed") == 2
+    assert [item.payload for item in queue.peek("main", 5)] == ["c"]
+
+
+def test_requeue_of_main_is_refused(queue):
+    with pytest.raises(ValueError, match="waiting already"):
+        actions.requeue_sub_queue(queue, "main")
+
+
+def test_chosen_items_are_requeued_and_dropped_with_one_log_line_each(queue, queue_log):
+    ids = queue.enqueue("a", "b", "c")
+    queue.claim(2)
+    assert actions.requeue_chosen(queue, ids) == 2
+    assert actions.drop_chosen(queue, ids[:1]) == 1
+    logged = [event for event in events(queue_log) if event["event"].endswith("by_operator")]
+    assert logged == [
+        {"event": "queue_items_requeued_by_operator", "queue": "jobs", "backend": queue.backend, "count": 2},
+        {"event": "queue_items_dropped_by_operator", "queue": "jobs", "backend": queue.backend, "count": 1},
+    ]
