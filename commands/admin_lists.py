@@ -32,22 +32,18 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
-from commands.explain import SKIP_REASONS, explain
+from commands.explain import AFTER_FIX_REASONS, SKIP_REASONS, explain, reason_key
 from commands.models import Command, Connector
 from commands.retry import Outlook, SkipReason
 from commands.states import State
 
 AFTER_FIX = Outlook.AFTER_FIX.value
-# A skip reason under which an after-fix outlook still explains the wait (``explain.explain``).
-AFTER_FIX_REASONS = ("", SkipReason.BACKING_OFF.value)
 NO_REASON = "none"
 
 
 def waits_for(skip_reason: str, last_outlook: str) -> str:
     """The key of ``SKIP_REASONS`` that explains a wait, or ``NO_REASON`` (``explain``'s rule)."""
-    if last_outlook == AFTER_FIX and skip_reason in AFTER_FIX_REASONS:
-        return AFTER_FIX
-    return skip_reason or NO_REASON
+    return reason_key(skip_reason, last_outlook) or NO_REASON
 
 
 def waiting_for(reason: str) -> Q:

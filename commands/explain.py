@@ -74,10 +74,19 @@ SKIP_REASONS: dict[str, Explanation] = {
 }
 
 
+# The skip reasons under which an after-fix outlook explains the wait: none decided yet, or backing
+# off between two checks. Any other reason (not idempotent, say) is what holds the command.
+AFTER_FIX_REASONS = ("", SkipReason.BACKING_OFF.value)
+
+
+def reason_key(skip_reason: str, last_outlook: str) -> str:
+    """The key of ``SKIP_REASONS`` that explains a wait ("" when nothing holds it back)."""
+    if last_outlook == Outlook.AFTER_FIX and skip_reason in AFTER_FIX_REASONS:
+        return Outlook.AFTER_FIX.value
+    return skip_reason
+
+
 def explain(command) -> Explanation | None:
     """The explanation of ``command``'s wait (anything with ``skip_reason`` and ``last_outlook``),
     or None when nothing holds it back."""
-    reason = command.skip_reason
-    if command.last_outlook == Outlook.AFTER_FIX and reason in ("", SkipReason.BACKING_OFF):
-        return SKIP_REASONS[Outlook.AFTER_FIX]
-    return SKIP_REASONS.get(reason)
+    return SKIP_REASONS.get(reason_key(command.skip_reason, command.last_outlook))
