@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
@@ -36,9 +36,16 @@ from commands.states import State
 
 FINISHED = (State.SUCCEEDED, State.CANCELLED)
 DEFAULT_BATCH = 1000
-# Between batches: long enough for a queued intake write to take the SQLite lock, short enough
-# that 200,000 rows go in well under a minute.
+# Between batches: long enough for a waiting intake write to take the lock, short enough that
+# 200,000 rows go in well under a minute. On SQLite a writer that found the lock taken sleeps in
+# its busy handler, up to 100 ms a step; a shorter pause lets the next batch take the lock first
+# again and again, and one webhook could wait out several batches.
 DEFAULT_PAUSE_S = 0.01
+SQLITE_PAUSE_S = 0.11
+
+
+def default_pause() -> float:
+    return SQLITE_PAUSE_S if connection.vendor == "sqlite" else DEFAULT_PAUSE_S
 
 
 @dataclass
@@ -111,13 +118,14 @@ def prune(
     older_than: timedelta | None = None,
     now: datetime | None = None,
     batch: int = DEFAULT_BATCH,
-    pause_s: float = DEFAULT_PAUSE_S,
+    pause_s: float | None = None,
     only: list[str] | None = None,
     dry_run: bool = False,
     progress: Callable[[str, int], None] | None = None,
 ) -> PruneReport:
     """Delete old finished rows table by table; ``dry_run`` counts what would go instead."""
     now = now or timezone.now()
+    pause_s = default_pause() if pause_s is None else pause_s
     report = PruneReport()
     for table in tables():
         if only and table.name not in only:

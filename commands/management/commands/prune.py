@@ -32,7 +32,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--batch", type=int, default=retention.DEFAULT_BATCH, help="rows per transaction")
         parser.add_argument(
-            "--pause", type=float, default=retention.DEFAULT_PAUSE_S, help="seconds between batches"
+            "--pause",
+            type=float,
+            default=None,
+            help=f"seconds between batches (default {retention.DEFAULT_PAUSE_S:g}; "
+            f"{retention.SQLITE_PAUSE_S:g} on SQLite)",
         )
         parser.add_argument("--only", action="append", choices=[t.name for t in retention.tables()])
         parser.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
@@ -40,7 +44,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if not 1 <= options["batch"] <= 50_000:
             raise CommandError("--batch must be between 1 and 50000.")
-        if options["pause"] < 0:
+        if options["pause"] is not None and options["pause"] < 0:
             raise CommandError("--pause cannot be negative.")
         older_than = parse_age(options["older_than"]) if options["older_than"] else None
         report = retention.prune(
