@@ -104,19 +104,20 @@ def test_a_holder_killed_between_claim_and_commit_leaves_the_retry_to_be_accepte
         claimed_at = time.monotonic()
         holder.kill()
         hung.join(10)
-    assert Delivery.objects.count() == 0
+        assert Delivery.objects.count() == 0  # nothing stored while the write waits
 
     # The provider retries on another node: told to wait while the dead holder's claim is pending...
     status, data, headers = other.hook("evt-1")
     assert (status, data["error"], headers["Retry-After"] in ("1", "2")) == (409, "in_flight", True)
     # ...and answered once it has expired, as a provider's retry schedule would find it. Stored once
-    # either way: on PostgreSQL the dead holder's write is one statement that commits by itself
-    # once the lock is gone, so the retry finds it stored and is its duplicate; on SQLite the dead
-    # holder's transaction never commits, and the retry is accepted.
+    # either way: on SQLite the dead holder's transaction never commits, and the retry is accepted;
+    # on PostgreSQL the dead holder's write is one statement that the server finishes once the lock
+    # is gone, so the retry usually finds it stored and is its duplicate (or, should the retry get
+    # there first, is accepted and the dead holder's statement is refused by the unique constraint).
     status, data, _ = wait_for(
         lambda: (answer := other.hook("evt-1"))[0] != 409 and answer, what="acceptance"
     )
-    assert status == (200 if connection.vendor == "postgresql" else 202)
+    assert status in ((200, 202) if connection.vendor == "postgresql" else (202,))
     assert time.monotonic() - claimed_at >= 1.0
     assert redis_client.exists(*claim_keys) == 1  # the new holder's claim, committed
     assert Delivery.objects.get().pk == data["id"]
