@@ -57,26 +57,28 @@ ADMIN = [
 GROUPS = {"viewer": VIEWER, "operator": OPERATOR, "admin": ADMIN}
 
 
+# The apps whose permissions the groups hold.
+LABELS = sorted({code.split(".")[0] for codes in GROUPS.values() for code in codes})
+
+
 def sync(apps) -> None:
     """Create the groups and give them their permissions (``apps``: a migration's app registry, or
-    ``django.apps.apps`` — tests that flush the database call it again)."""
+    the installed apps after a test database's flush)."""
+    from django.apps import apps as installed
     from django.contrib.auth.management import create_permissions
 
-    for config in apps.get_app_configs():
-        if getattr(config, "models_module", None) is None:
-            # A migration's registry: Django makes permissions only after every migration ran, and
-            # skips an app config without a models module; this migration needs them now.
-            config.models_module = True
-            create_permissions(config, verbosity=0, apps=apps)
-            config.models_module = None
-        else:
-            create_permissions(config, verbosity=0, apps=apps)
+    # Django makes permissions after every migration ran; the groups need them now. The installed
+    # app config, with ``apps`` for the models, as Django's own post_migrate handler does.
+    for label in LABELS:
+        create_permissions(installed.get_app_config(label), verbosity=0, apps=apps)
     Group = apps.get_model("auth", "Group")
     Permission = apps.get_model("auth", "Permission")
+    found = {
+        f"{permission.content_type.app_label}.{permission.codename}": permission
+        for permission in Permission.objects.filter(content_type__app_label__in=LABELS).select_related(
+            "content_type"
+        )
+    }
     for name, codes in GROUPS.items():
         group, _ = Group.objects.get_or_create(name=name)
-        wanted = []
-        for code in codes:
-            app_label, codename = code.split(".")
-            wanted.append(Permission.objects.get(content_type__app_label=app_label, codename=codename))
-        group.permissions.add(*wanted)
+        group.permissions.add(*(found[code] for code in codes))
