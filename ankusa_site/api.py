@@ -102,8 +102,8 @@ ERROR = inline_serializer(
 
 def storable_json(value):
     """A validator: JSON every database stores (no NUL character, bounded depth, finite numbers)."""
-    from commands.intake import _unstorable
+    from commands.intake import unstorable
 
-    problem = _unstorable(value)
+    problem = unstorable(value)
     if problem:
         raise serializers.ValidationError(problem)

@@ -184,14 +184,19 @@ class ConnectorSerializer(Owned):
         return attrs
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: ConnectorSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: ConnectorSerializer, **READ_ERRORS}),
-    create=extend_schema(responses={201: ConnectorSerializer, **WRITE_ERRORS}),
-    update=extend_schema(responses={200: ConnectorSerializer, **WRITE_ERRORS}),
-    partial_update=extend_schema(responses={200: ConnectorSerializer, **WRITE_ERRORS}),
-    destroy=extend_schema(responses={204: None, **WRITE_ERRORS}),
-)
+def editable_schema(serializer):
+    """The answers of a read-write viewset over ``serializer``'s model, for the OpenAPI schema."""
+    return extend_schema_view(
+        list=extend_schema(responses={200: serializer(many=True), **READ_ERRORS}),
+        retrieve=extend_schema(responses={200: serializer, **READ_ERRORS}),
+        create=extend_schema(responses={201: serializer, **WRITE_ERRORS}),
+        update=extend_schema(responses={200: serializer, **WRITE_ERRORS}),
+        partial_update=extend_schema(responses={200: serializer, **WRITE_ERRORS}),
+        destroy=extend_schema(responses={204: None, **WRITE_ERRORS}),
+    )
+
+
+@editable_schema(ConnectorSerializer)
 class ConnectorViewSet(Scoped, viewsets.ModelViewSet):
     serializer_class = ConnectorSerializer
     pagination_class = IdCursor
@@ -269,14 +274,7 @@ class SourceSerializer(Owned):
         return source
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: SourceSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: SourceSerializer, **READ_ERRORS}),
-    create=extend_schema(responses={201: SourceSerializer, **WRITE_ERRORS}),
-    update=extend_schema(responses={200: SourceSerializer, **WRITE_ERRORS}),
-    partial_update=extend_schema(responses={200: SourceSerializer, **WRITE_ERRORS}),
-    destroy=extend_schema(responses={204: None, **WRITE_ERRORS}),
-)
+@editable_schema(SourceSerializer)
 class SourceViewSet(Scoped, viewsets.ModelViewSet):
     serializer_class = SourceSerializer
     pagination_class = IdCursor

@@ -568,7 +568,7 @@ def parse_json(body: bytes) -> tuple[Any, str] | Refusal:
         return Refusal(400, "bad_json", f"The JSON is nested deeper than {MAX_JSON_DEPTH} levels.")
     except ValueError as exc:
         return Refusal(400, "bad_json", f"The body is not JSON: {str(exc)[:200]}")
-    problem = _unstorable(document)
+    problem = unstorable(document)
     if problem:
         return Refusal(400, "bad_json", problem)
     return document, text
@@ -578,7 +578,7 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _unstorable(document: Any) -> str | None:
+def unstorable(document: Any) -> str | None:
     """What in a parsed document a database would refuse, walked without recursion."""
     stack = [(document, 1)]
     while stack:
