@@ -36,8 +36,6 @@ from commands.explain import explain
 from commands.models import Command
 from commands.states import State
 
-VERBS = {"approve": "approve", "resend": "resend", "cancel": "cancel"}
-
 
 class PrettyJSONField(forms.JSONField):
     """JSON shown indented, so a payload of any size can be read and edited in the textarea."""
@@ -145,10 +143,10 @@ class CommandActions:
         with_override = actions.plan(action, queryset, override=True) if can_override else None
         context = {
             **self.admin_site.each_context(request),
-            "title": f"{VERBS[action].capitalize()} commands?",
+            "title": f"{action.capitalize()} commands?",
             "opts": self.opts,
             "action": name,
-            "verb": VERBS[action],
+            "verb": action,
             "done_word": actions.DONE_WORDS[action],
             "plan": plan,
             "need_override": sorted(plan.need_override.items()),
