@@ -11,8 +11,6 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, Source
@@ -20,6 +18,7 @@ from commands.retry import Outlook
 from commands.states import State
 from limits.models import ApiToken, LimitOverride, Tenant
 from limits.store import forget_store
+from tests.staff import staff_user, token_for
 
 CALLERS = ("anonymous", "tenant_a", "tenant_b", "viewer", "operator", "admin")
 
@@ -91,9 +90,7 @@ def make_side(slug: str) -> Side:
 
 
 def staff_token(group: str) -> str:
-    user = get_user_model().objects.create_user(group, password="x", is_staff=True)
-    user.groups.add(Group.objects.get(name=group))
-    return ApiToken.issue(name=group, user=user)[1]
+    return token_for(staff_user(group))
 
 
 @pytest.fixture

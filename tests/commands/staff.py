@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from commands.models import Command, Connector
 from commands.states import State
+from tests.staff import staff_user
 
 
 def login_as(client, group: str | None, username: str | None = None) -> User:
     """A staff user in ``group`` (viewer / operator / admin; None: a superuser), logged in."""
-    name = username or group or "root"
     if group is None:
+        name = username or "root"
         user = User.objects.create_superuser(name, f"{name}@example.com", "pw")
     else:
-        user = User.objects.create_user(name, f"{name}@example.com", "pw", is_staff=True)
-        user.groups.add(Group.objects.get(name=group))
+        user = staff_user(group, username)
     client.force_login(user)
     return user
 

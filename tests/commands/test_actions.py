@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import connections
 
@@ -23,6 +23,7 @@ from limits.authentication import TenantClient
 from limits.models import ApiToken
 from queues.fifo import get_queue
 from tests.commands.sink import script
+from tests.staff import staff_user
 
 T0 = datetime(2026, 9, 2, 9, 0, tzinfo=UTC)
 
@@ -32,12 +33,7 @@ def staff(db):
     """``staff("operator")``: a staff user in that group (the groups come from a migration, and
     again after a transactional test's flush)."""
 
-    def make(group: str) -> User:
-        user = User.objects.create_user(group, is_staff=True)
-        user.groups.add(Group.objects.get(name=group))
-        return User.objects.get(pk=user.pk)  # no cached permissions
-
-    return make
+    return staff_user
 
 
 @pytest.fixture

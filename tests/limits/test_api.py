@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from limits.admission import admit
-from limits.models import ApiToken, LimitOverride, Tenant
+from limits.models import LimitOverride, Tenant
 from limits.store import Ok, RateLimited
+from tests.staff import api_client, staff_user
 
 pytestmark = pytest.mark.django_db
 
@@ -19,16 +19,12 @@ URL = "/api/v1/tenants/acme/limits/hooks/"
 
 @pytest.fixture
 def staff():
-    user = get_user_model().objects.create_user("ops", password="x", is_staff=True)
-    user.groups.add(Group.objects.get(name="admin"))
-    return user
+    return staff_user("admin", "ops")
 
 
 @pytest.fixture
 def api(staff):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(name='ops', user=staff)[1]}")
-    return client
+    return api_client(staff)
 
 
 @pytest.fixture

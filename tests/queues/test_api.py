@@ -7,22 +7,17 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from limits.models import ApiToken
 from queues.backends.database import DatabaseFIFO
 from queues.backends.redis import RedisFIFO
+from tests.staff import api_client, staff_user
 
 
 @pytest.fixture
 def api(db):
-    staff = get_user_model().objects.create_user("ops", password="x", is_staff=True)
-    staff.groups.add(Group.objects.get(name="admin"))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(name='ops', user=staff)[1]}")
-    return client
+    return api_client(staff_user("admin", "ops"))
 
 
 @pytest.fixture
