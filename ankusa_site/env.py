@@ -190,8 +190,21 @@ def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
             raise ImproperlyConfigured(
                 f"{name}: conn_max_age={conn_max_age!r} is not a whole number."
             ) from None
+        # Server-side prepared statements, for the hot statements that ask for them (see
+        # ankusa_site.prepared; Django's own cursors never prepare). ``off`` for a connection pooler
+        # in transaction mode that cannot keep them; those statements are then planned every time.
+        threshold = options.pop("prepare_threshold", "5")
+        if threshold.lower() == "off":
+            options["prepare_threshold"] = None
+        elif threshold.isdigit():
+            options["prepare_threshold"] = int(threshold)
+        else:
+            raise ImproperlyConfigured(
+                f"{name}: prepare_threshold={threshold!r} is neither a whole number nor off."
+            )
         return {
-            "ENGINE": "django.db.backends.postgresql",
+            # Django's backend with a health check that needs no round trip (see its docstring).
+            "ENGINE": "ankusa_site.postgresql",
             "NAME": database,
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),

