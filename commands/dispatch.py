@@ -41,13 +41,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import psycopg
 from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
+from ankusa_site.prepared import execute_prepared
 from commands import adapters, retry
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
@@ -200,8 +200,8 @@ def sweep(
 # attempt before, and whose RETURNING names the winners. Built by a queryset, one start per send
 # cost about 0.3 ms of CPU in a process whose threads share one interpreter lock (measured), a
 # fifth of a command's whole budget. PostgreSQL gets the pairs as two arrays, so the text is the
-# same for any number of them and the server keeps it prepared; elsewhere a row-value test
-# (SQLite >= 3.35 has row values and RETURNING).
+# same for any number of them and the server keeps it prepared (``ankusa_site.prepared``);
+# elsewhere a row-value test (SQLite >= 3.35 has row values and RETURNING).
 START_SQL_POSTGRESQL = f"""
 UPDATE {Command._meta.db_table} AS command
 SET state = %s, state_changed_at = %s, attempts = command.attempts + 1
@@ -226,13 +226,9 @@ def start_sends(wanted: list[tuple[int, int]], now: datetime) -> set[tuple[int, 
     target = next_state(State.QUEUED, Event.START).value
     queued = State.QUEUED.value
     if connection.vendor == "postgresql":
-        # A psycopg cursor of its own, for a server-side prepared statement: Django's cursors
-        # quote every parameter into the text in Python and cannot prepare.
-        connection.ensure_connection()
-        with psycopg.Cursor(connection.connection) as cursor:
-            ids, attempts = [pk for pk, _ in wanted], [attempt for _, attempt in wanted]
-            cursor.execute(START_SQL_POSTGRESQL, [target, now, ids, attempts, queued], prepare=True)
-            return set(cursor.fetchall())
+        ids, attempts = [pk for pk, _ in wanted], [attempt for _, attempt in wanted]
+        rows, _ = execute_prepared(connection, START_SQL_POSTGRESQL, [target, now, ids, attempts, queued])
+        return set(rows)
     params = [target, connection.ops.adapt_datetimefield_value(now), *(pk for pk, _ in wanted), queued]
     params += [value for pk, attempt in wanted for value in (pk, attempt - 1)]
     sql = START_SQL.format(ids=", ".join(["%s"] * len(wanted)), tokens=", ".join(["(%s, %s)"] * len(wanted)))
@@ -316,13 +312,14 @@ def finish_sends(ids: list[int], attempt: int, event: str, now: datetime, change
     assignments = "".join(f", {connection.ops.quote_name(field.column)} = %s" for field in fields)
     params = [target.value, connection.ops.adapt_datetimefield_value(now)]
     params += [field.get_db_prep_save(changes[field.name], connection) for field in fields]
-    params += [*ids, State.DISPATCHING.value, attempt]
+    update = f"UPDATE {Command._meta.db_table} SET state = %s, state_changed_at = %s{assignments} "
+    if connection.vendor == "postgresql":
+        # The ids as one array: the same text for any count (one per kind of change), kept prepared.
+        sql = update + "WHERE id = ANY(%s::bigint[]) AND state = %s AND attempts = %s"
+        return execute_prepared(connection, sql, [*params, ids, State.DISPATCHING.value, attempt])[1]
+    sql = update + f"WHERE id IN ({', '.join(['%s'] * len(ids))}) AND state = %s AND attempts = %s"
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Command._meta.db_table} SET state = %s, state_changed_at = %s{assignments} "
-            f"WHERE id IN ({', '.join(['%s'] * len(ids))}) AND state = %s AND attempts = %s",
-            params,
-        )
+        cursor.execute(sql, [*params, *ids, State.DISPATCHING.value, attempt])
         return cursor.rowcount
 
 
@@ -422,8 +419,12 @@ def insert_attempts(sent: list[Sent]) -> None:
         }
         for one in sent
     ]
+    params = [json.dumps(rows, default=_json_value)]
+    if connection.vendor == "postgresql":
+        execute_prepared(connection, sql, params)
+        return
     with connection.cursor() as cursor:
-        cursor.execute(sql, [json.dumps(rows, default=_json_value)])
+        cursor.execute(sql, params)
 
 
 # The fields insert_attempts sets itself; the others get their defaults.
@@ -694,6 +695,36 @@ BOOKKEEPING_FIELDS = (
 )
 
 
+@functools.cache
+def _sending_fields() -> tuple[list, str]:
+    """The fields :func:`load_for_sending` reads, and its PostgreSQL statement."""
+    fields = [f for f in Command._meta.concrete_fields if f.name not in BOOKKEEPING_FIELDS]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    return fields, f"SELECT {columns} FROM {Command._meta.db_table} WHERE id = ANY(%s::bigint[])"
+
+
+def load_for_sending(ids: list[int]) -> dict[int, Command]:
+    """The commands ``ids`` by id, without ``BOOKKEEPING_FIELDS`` (deferred), in one query.
+
+    On PostgreSQL a prepared statement whose rows become instances directly (``Model.from_db``, the
+    ORM's own constructor for loaded rows): the queryset's compilation and its per-row iterator
+    cost more CPU than the query, once per claimed batch. Elsewhere the queryset.
+    """
+    if connection.vendor != "postgresql":
+        return Command.objects.defer(*BOOKKEEPING_FIELDS).in_bulk(ids)
+    fields, sql = _sending_fields()
+    names = [f.attname for f in fields]
+    decode = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    commands = {}
+    for row in execute_prepared(connection, sql, [ids])[0]:
+        values = list(row)
+        for i, convert in decode:
+            values[i] = convert(values[i], None, connection)
+        command = Command.from_db(connection.alias, names, values)
+        commands[command.pk] = command
+    return commands
+
+
 class Dispatcher:
     """Consumes the ``commands`` queue with a bounded pool; one per process, reused across rounds."""
 
@@ -739,8 +770,7 @@ class Dispatcher:
                 wanted.append(item)
             else:
                 self.queue.fail(item, f"not a command item: {str(payload)[:200]}")
-        ids = [item.payload["command"] for item in wanted]
-        commands = Command.objects.defer(*BOOKKEEPING_FIELDS).in_bulk(ids)
+        commands = load_for_sending([item.payload["command"] for item in wanted])
         missing = {command.connector_id for command in commands.values()} - self._connectors.keys()
         self._connectors.update(Connector.objects.in_bulk(missing))
         for command in commands.values():

@@ -14,14 +14,15 @@ there leaves no item behind. It never commits on its own inside one.
 
 ``done`` is one ``DELETE … RETURNING`` per call (per 1,000 items): it finds the rows by primary
 key and keeps only those still busy under the caller's claim, a ``(id, claims) IN (VALUES …)``
-row-value test (a hash semi-join on PostgreSQL, a lookup in a temporary index on SQLite)
-rather than one OR'd condition per item. A concurrent recovery cannot slip in between the check
+row-value test (on PostgreSQL two arrays joined to the table, a lookup in a temporary index on
+SQLite) rather than one OR'd condition per item. A concurrent recovery cannot slip in between the check
 and the delete: it is one statement, and PostgreSQL re-checks a row changed under it before
 deleting. Recovery, requeue and failure are conditional on the same claim, checked under a row
 lock.
 
-The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL, and the claim builds
-``Item`` values straight from its rows: the ORM's per-row model instances and per-field
+The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL — on PostgreSQL with
+the same text for any number of items, kept prepared on the server (``ankusa_site.prepared``) —
+and the claim builds ``Item`` values straight from its rows: the ORM's per-row model instances and per-field
 preparation cost more CPU than the statements themselves, and the dispatch loop runs them once
 per command.
 
@@ -40,6 +41,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import F, Max, Min
 
+from ankusa_site.prepared import execute_prepared
 from queues.fifo import (
     Action,
     Item,
@@ -85,6 +87,16 @@ RETURNING id
 # The same for bare ids, which carry no claim to check.
 DONE_ANY_CLAIM_SQL = (
     f"DELETE FROM {TABLE} WHERE id IN ({{ids}}) AND queue = %s AND state = 'busy' RETURNING id"
+)
+# PostgreSQL: the same two, with the ids (and claims) as arrays, so the text is the same for any
+# count and the server keeps it prepared. A row named twice is deleted (and returned) once.
+DONE_SQL_POSTGRESQL = f"""
+DELETE FROM {TABLE} AS item USING unnest(%s::bigint[], %s::integer[]) AS held(id, claims)
+WHERE item.id = held.id AND item.queue = %s AND item.state = 'busy' AND item.claims = held.claims
+RETURNING item.id
+"""
+DONE_ANY_CLAIM_SQL_POSTGRESQL = (
+    f"DELETE FROM {TABLE} WHERE id = ANY(%s::bigint[]) AND queue = %s AND state = 'busy' RETURNING id"
 )
 ENQUEUE_COLUMNS = (
     "(queue, state, position, payload, enqueued_at, claims, requeue_count, fail_count, last_error)"
@@ -149,13 +161,14 @@ class DatabaseFIFO(ReliableFIFO):
             return []
         connection = connections[self.using]
         stamp = connection.ops.adapt_datetimefield_value(self.clock())
-        with self._atomic(), connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute(
-                    ENQUEUE_SQL_POSTGRESQL, [self.name, self.name, stamp, f"[{','.join(encoded)}]"]
-                )
-                rows = cursor.fetchall()
-            else:
+        if connection.vendor == "postgresql":
+            # One statement: inside the caller's transaction it is part of it, outside it commits
+            # by itself — no BEGIN and COMMIT of its own.
+            rows, _ = execute_prepared(
+                connection, ENQUEUE_SQL_POSTGRESQL, [self.name, self.name, stamp, f"[{','.join(encoded)}]"]
+            )
+        else:
+            with self._atomic(), connection.cursor() as cursor:
                 cursor.execute(TAIL_SQL, [self.name])
                 last = cursor.fetchone()[0]
                 start = 1 if last is None else last + 1
@@ -195,9 +208,7 @@ class DatabaseFIFO(ReliableFIFO):
     def _claim(self, n: int, now: datetime) -> list[Item]:
         connection = connections[self.using]
         if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute(CLAIM_SQL_POSTGRESQL, [self.name, n, now])
-                rows = cursor.fetchall()
+            rows, _ = execute_prepared(connection, CLAIM_SQL_POSTGRESQL, [self.name, n, now])
             rows.sort(key=lambda row: (row[1], row[0]))
             decode = PAYLOAD.from_db_value
             return [
@@ -227,16 +238,32 @@ class DatabaseFIFO(ReliableFIFO):
         claimed = [token for token in tokens if token[1] is not None]
         bare = [pk for pk, claims in tokens if claims is None]
         held: list[int] = []
-        with self._atomic(), connections[self.using].cursor() as cursor:
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            # Each statement stands alone (finishing an item twice is a no-op): no transaction of
+            # its own, and inside the caller's it is part of it.
             for offset in range(0, len(claimed), BATCH):
-                chunk = claimed[offset : offset + BATCH]
-                sql = DONE_SQL.format(ids=_marks(len(chunk)), tokens=_marks(len(chunk), "(%s, %s)"))
-                cursor.execute(sql, [pk for pk, _ in chunk] + [self.name] + list(chain.from_iterable(chunk)))
-                held.extend(pk for (pk,) in cursor.fetchall())
+                ids, claims = zip(*claimed[offset : offset + BATCH], strict=True)
+                rows, _ = execute_prepared(
+                    connection, DONE_SQL_POSTGRESQL, [list(ids), list(claims), self.name]
+                )
+                held.extend(pk for (pk,) in rows)
             for offset in range(0, len(bare), BATCH):
                 chunk = bare[offset : offset + BATCH]
-                cursor.execute(DONE_ANY_CLAIM_SQL.format(ids=_marks(len(chunk))), [*chunk, self.name])
-                held.extend(pk for (pk,) in cursor.fetchall())
+                rows, _ = execute_prepared(connection, DONE_ANY_CLAIM_SQL_POSTGRESQL, [chunk, self.name])
+                held.extend(pk for (pk,) in rows)
+        else:
+            with self._atomic(), connection.cursor() as cursor:
+                for offset in range(0, len(claimed), BATCH):
+                    chunk = claimed[offset : offset + BATCH]
+                    sql = DONE_SQL.format(ids=_marks(len(chunk)), tokens=_marks(len(chunk), "(%s, %s)"))
+                    params = [pk for pk, _ in chunk] + [self.name] + list(chain.from_iterable(chunk))
+                    cursor.execute(sql, params)
+                    held.extend(pk for (pk,) in cursor.fetchall())
+                for offset in range(0, len(bare), BATCH):
+                    chunk = bare[offset : offset + BATCH]
+                    cursor.execute(DONE_ANY_CLAIM_SQL.format(ids=_marks(len(chunk))), [*chunk, self.name])
+                    held.extend(pk for (pk,) in cursor.fetchall())
         self._report_skipped("done", [pk for pk, _ in tokens], held)
         return len(held)
 

@@ -138,6 +138,23 @@ def test_finish_sends_moves_only_commands_dispatching_that_attempt(make_connecto
     )
 
 
+def test_commands_loaded_for_sending_carry_their_payload_and_load_the_rest_on_demand(
+    make_connector, make_command
+):
+    connector = make_connector()
+    command = make_command(connector, state=State.QUEUED, payload={"order": 7, "lines": [1, 2]})
+    loaded = dispatch.load_for_sending([command.pk, command.pk + 1000])
+    assert list(loaded) == [command.pk]
+    got = loaded[command.pk]
+    assert (got.payload, got.connector_id, got.state) == (
+        {"order": 7, "lines": [1, 2]},
+        connector.pk,
+        State.QUEUED,
+    )
+    assert got.get_deferred_fields() == set(dispatch.BOOKKEEPING_FIELDS)
+    assert got.created_at == command.created_at  # a deferred field, read when asked for
+
+
 def test_insert_attempts_writes_complete_rows_and_the_model_defaults(make_connector, make_command):
     connector = make_connector()
     ok, failed = make_command(connector), make_command(connector)
