@@ -21,24 +21,34 @@ from __future__ import annotations
 import time
 
 import psycopg
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 def execute_prepared(connection: BaseDatabaseWrapper, sql: str, params: list) -> tuple[list[tuple], int]:
-    """Run ``sql`` prepared on the server (PostgreSQL only); returns its rows and its row count."""
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
+    """Run ``sql`` prepared on the server (PostgreSQL only); returns its rows and its row count.
+
+    The calling thread's own connection wrapper is looked up once (``django.db.connection`` is a
+    proxy that looks it up on every attribute), and its psycopg cursor is kept with it for the
+    connection's life: a new cursor costs more than the Python side of the statement itself.
+    """
+    db = connections[connection.alias]
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    kept = db.__dict__.get("_ankusa_prepared")
+    if kept is None or kept[0] is not db.connection:
+        kept = db._ankusa_prepared = (db.connection, psycopg.Cursor(db.connection))
+    cursor = kept[1]
     started = time.monotonic()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    with db.wrap_database_errors:
         cursor.execute(sql, params, prepare=True)
         rows = cursor.fetchall() if cursor.description is not None else []
-        rowcount = cursor.rowcount
-    if connection.queries_logged:
-        connection.queries_log.append(
+    if db.queries_logged:
+        db.queries_log.append(
             {
                 "sql": f"{sql} -- prepared, params {params!r}"[:10_000],
                 "time": f"{time.monotonic() - started:.3f}",
             }
         )
-    return rows, rowcount
+    return rows, cursor.rowcount
