@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import logging
 import math
@@ -562,12 +563,14 @@ def parse_json(body: bytes) -> tuple[Any, str] | Refusal:
     except UnicodeDecodeError as exc:
         return Refusal(400, "bad_encoding", f"The body is not UTF-8 (byte {exc.start}).")
     try:
-        document = json.loads(text, parse_constant=_refuse_constant)
+        document = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
         return Refusal(400, "bad_json", f"The JSON is nested deeper than {MAX_JSON_DEPTH} levels.")
+    except _TooLarge:
+        return Refusal(400, "bad_json", "The JSON holds a number too large to store.")
     except ValueError as exc:
         return Refusal(400, "bad_json", f"The body is not JSON: {str(exc)[:200]}")
-    problem = unstorable(document)
+    problem = unstorable(document) if _may_be_unstorable(text) else None
     if problem:
         return Refusal(400, "bad_json", problem)
     return document, text
@@ -575,6 +578,35 @@ def parse_json(body: bytes) -> tuple[Any, str] | Refusal:
 
 def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999
+        raise _TooLarge(literal)
+    return value
+
+
+# What lets parse_json skip the walk of unstorable() on a text, with searches in C: a NUL or a
+# lone surrogate can only come from an escape (the decoder refuses them raw), so a text without
+# one of these escapes holds none; and the walk's depth limit can only be passed by a text whose
+# brackets, outside strings, nest that deep. Either found: the walk decides (a pair of surrogates
+# or an escaped backslash before "u0000" is a false alarm it clears).
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _may_be_unstorable(text: str) -> bool:
+    if _SUSPECT_ESCAPE.search(text):
+        return True
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) >= MAX_JSON_DEPTH
 
 
 def unstorable(document: Any) -> str | None:
