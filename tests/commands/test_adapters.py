@@ -8,8 +8,10 @@ import socket
 import threading
 
 import pytest
+import urllib3
 
 from commands import adapters
+from commands.adapters import http
 from commands.adapters.http import default_outlook, outlook_for
 from commands.retry import Outlook
 from tests.commands.sink import script
@@ -96,6 +98,25 @@ def test_outlook_precedence_without_a_server():
     assert outlook_for(500, None, {"500": "never"}) == Outlook.NEVER
     assert outlook_for(500, None, {"500": "bogus"}) == Outlook.AGAIN
     assert default_outlook(None) == Outlook.AGAIN
+
+
+def test_a_host_pool_the_pool_manager_dropped_is_replaced_and_the_send_goes_out(http_command, sink):
+    command = http_command()
+    assert adapters.send(command).ok
+    http.pool().clear()  # what evicting the least recently used host does: its pool is closed
+    assert adapters.send(command).ok
+    assert len(sink.received) == 2
+
+
+def test_a_host_pool_closed_just_before_the_send_is_sent_through_once_all_the_same(
+    http_command, sink, monkeypatch
+):
+    receiver = urllib3.util.parse_url(sink.url)
+    closed = urllib3.HTTPConnectionPool(receiver.host, receiver.port)
+    closed.close()
+    monkeypatch.setattr(http, "_target", lambda url: (closed, "/receive"))
+    assert adapters.send(http_command()).ok
+    assert len(sink.received) == 1
 
 
 def test_a_refused_connection_is_again_and_names_the_error(http_command):
