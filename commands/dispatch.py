@@ -696,11 +696,14 @@ BOOKKEEPING_FIELDS = (
 
 
 @functools.cache
-def _sending_fields() -> tuple[list, str]:
-    """The fields :func:`load_for_sending` reads, and its PostgreSQL statement."""
+def _sending_fields() -> tuple[list[str], list[tuple[int, Callable]], str]:
+    """What :func:`load_for_sending` reads: the fields' names, the converters of those that have
+    one (by position), and its PostgreSQL statement."""
     fields = [f for f in Command._meta.concrete_fields if f.name not in BOOKKEEPING_FIELDS]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    return fields, f"SELECT {columns} FROM {Command._meta.db_table} WHERE id = ANY(%s::bigint[])"
+    decode = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    sql = f"SELECT {columns} FROM {Command._meta.db_table} WHERE id = ANY(%s::bigint[])"
+    return [f.attname for f in fields], decode, sql
 
 
 def load_for_sending(ids: list[int]) -> dict[int, Command]:
@@ -712,9 +715,7 @@ def load_for_sending(ids: list[int]) -> dict[int, Command]:
     """
     if connection.vendor != "postgresql":
         return Command.objects.defer(*BOOKKEEPING_FIELDS).in_bulk(ids)
-    fields, sql = _sending_fields()
-    names = [f.attname for f in fields]
-    decode = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    names, decode, sql = _sending_fields()
     commands = {}
     for row in execute_prepared(connection, sql, [ids])[0]:
         values = list(row)

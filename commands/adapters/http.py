@@ -69,9 +69,9 @@ def _target(url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
 
 def _post(method: str, url: str, **options) -> urllib3.BaseHTTPResponse:
     """``pool().request(method, url, redirect=False, ...)`` through the url's own connection pool."""
-    connections, target = _target(url)
+    host_pool, target = _target(url)
     try:
-        return connections.urlopen(method, target, redirect=False, assert_same_host=False, **options)
+        return host_pool.urlopen(method, target, redirect=False, assert_same_host=False, **options)
     except urllib3.exceptions.ClosedPoolError:
         # The PoolManager dropped (and closed) this host's pool since we looked: nothing was sent.
         _targets.pop(url, None)
