@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -143,6 +143,17 @@ def env_mapping(
 SQLITE_BUSY_TIMEOUT_S = 20
 
 
+def shown_url(value: str) -> str:
+    """A URL as an error message may show it: its password, if any, replaced by ``***``."""
+    parts = urlsplit(value)
+    if "@" not in parts.netloc:
+        return value
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    if ":" not in userinfo:
+        return value
+    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
+
+
 def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
     """Turn ``sqlite:///path`` or ``postgres://user:pass@host:port/db`` into a ``DATABASES`` entry.
 
@@ -158,7 +169,7 @@ def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
         raw_path = unquote(value[len("sqlite://") :])
         raw_path = raw_path[1:] if raw_path.startswith("/") else raw_path
         if not raw_path or raw_path.endswith("/"):
-            raise ImproperlyConfigured(f"{name}={value!r} names no SQLite file.")
+            raise ImproperlyConfigured(f"{name}={shown_url(value)!r} names no SQLite file.")
         path = Path(raw_path)
         if not path.is_absolute():
             path = base_dir / path
@@ -177,11 +188,11 @@ def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
     if scheme in ("postgres", "postgresql", "pgsql"):
         database = unquote(parts.path.lstrip("/"))
         if not database:
-            raise ImproperlyConfigured(f"{name}={value!r} names no database.")
+            raise ImproperlyConfigured(f"{name}={shown_url(value)!r} names no database.")
         try:
             port = parts.port
         except ValueError:
-            raise ImproperlyConfigured(f"{name}={value!r} has an invalid port.") from None
+            raise ImproperlyConfigured(f"{name}={shown_url(value)!r} has an invalid port.") from None
         options = dict(parse_qsl(parts.query))
         conn_max_age = options.pop("conn_max_age", "60")
         try:
@@ -214,7 +225,9 @@ def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
             "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
         }
-    raise ImproperlyConfigured(f"{name}={value!r}: only sqlite:// and postgres:// URLs are supported.")
+    raise ImproperlyConfigured(
+        f"{name}={shown_url(value)!r}: only sqlite:// and postgres:// URLs are supported."
+    )
 
 
 def env_database(
@@ -227,15 +240,17 @@ def env_redis_url(name: str, default: str, *, environ: Mapping[str, str] | None 
     value = env_str(name, default, environ=environ)
     parts = urlsplit(value)
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ImproperlyConfigured(f"{name}={value!r}: use a redis://, rediss:// or unix:// URL.")
+        raise ImproperlyConfigured(f"{name}={shown_url(value)!r}: use a redis://, rediss:// or unix:// URL.")
     if parts.scheme != "unix":
         try:
             parts.port  # noqa: B018 - urlsplit validates the port lazily
         except ValueError:
-            raise ImproperlyConfigured(f"{name}={value!r} has an invalid port.") from None
+            raise ImproperlyConfigured(f"{name}={shown_url(value)!r} has an invalid port.") from None
         if not parts.hostname:
-            raise ImproperlyConfigured(f"{name}={value!r} names no host.")
+            raise ImproperlyConfigured(f"{name}={shown_url(value)!r} names no host.")
         db = parts.path.lstrip("/")
         if db and not db.isdigit():
-            raise ImproperlyConfigured(f"{name}={value!r}: the database number must be a whole number.")
+            raise ImproperlyConfigured(
+                f"{name}={shown_url(value)!r}: the database number must be a whole number."
+            )
     return value

@@ -127,6 +127,20 @@ def test_postgres_url_is_split_into_its_parts():
     )
 
 
+@pytest.mark.parametrize(
+    ("parse", "value"),
+    [
+        (lambda v: parse_database_url("DATABASE_URL", v, base_dir=BASE), "postgres://ank:s3cret@db:port/x"),
+        (lambda v: env_redis_url("REDIS_URL", "", environ={"REDIS_URL": v}), "redis://:s3cret@cache:port/0"),
+    ],
+)
+def test_a_bad_url_is_refused_without_showing_its_password(parse, value):
+    with pytest.raises(ImproperlyConfigured, match="has an invalid port") as refused:
+        parse(value)
+    assert "s3cret" not in str(refused.value)
+    assert ":***@" in str(refused.value)
+
+
 def test_postgres_prepares_hot_statements_unless_told_off_for_a_pooler():
     options = lambda query: parse_database_url(  # noqa: E731
         "DATABASE_URL", f"postgres://db.internal/ankusa{query}", base_dir=BASE
