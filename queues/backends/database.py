@@ -8,23 +8,23 @@ and not on how many items wait. On SQLite the same claim runs inside a short ``B
 transaction (the settings make every ``atomic`` one, with a 20 s busy timeout): writers take
 turns, which is all SQLite offers, and a claim holds the lock for three small statements.
 
-``enqueue`` joins the caller's transaction (``atomic(savepoint=False)`` on the caller's
-connection): intake writes its commands and their queue items in one transaction, and a rollback
-there leaves no item behind. It never commits on its own inside one.
+``enqueue`` joins the caller's transaction on the caller's connection (on PostgreSQL it is one
+statement; on SQLite ``atomic(savepoint=False)``): intake writes its commands and their queue items
+in one transaction, and a rollback there leaves no item behind. It never commits on its own inside
+one.
 
 ``done`` is one ``DELETE … RETURNING`` per call (per 1,000 items): it finds the rows by primary
-key and keeps only those still busy under the caller's claim, a ``(id, claims) IN (VALUES …)``
-row-value test (on PostgreSQL two arrays joined to the table, a lookup in a temporary index on
-SQLite) rather than one OR'd condition per item. A concurrent recovery cannot slip in between the check
-and the delete: it is one statement, and PostgreSQL re-checks a row changed under it before
-deleting. Recovery, requeue and failure are conditional on the same claim, checked under a row
-lock.
+key and keeps only those still busy under the caller's claim — on PostgreSQL the ids and claims as
+two arrays joined to the table, on SQLite a ``(id, claims) IN (VALUES …)`` row-value test — rather
+than one OR'd condition per item. A concurrent recovery cannot slip in between the check and the
+delete: it is one statement, and PostgreSQL re-checks a row changed under it before deleting.
+Recovery, requeue and failure are conditional on the same claim, checked under a row lock.
 
 The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL — on PostgreSQL with
 the same text for any number of items, kept prepared on the server (``ankusa_site.prepared``) —
-and the claim builds ``Item`` values straight from its rows: the ORM's per-row model instances and per-field
-preparation cost more CPU than the statements themselves, and the dispatch loop runs them once
-per command.
+and the claim builds ``Item`` values straight from its rows: the ORM's per-row model instances and
+per-field preparation cost more CPU than the statements themselves, and the dispatch loop runs
+them once per command.
 
 What it does NOT do: ``length`` counts rows (through the partial indexes) rather than reading a
 counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot path; and a waiting
@@ -106,12 +106,24 @@ ENQUEUE_COLUMNS = (
 # The tail is read in the same statement (an InitPlan: one backward step on queueitem_main_order),
 # not by a query of its own: the round trip and the ORM's aggregate cost more CPU than the insert.
 TAIL_SQL = f"SELECT MAX(position) FROM {TABLE} WHERE queue = %s AND state = 'main'"
-ENQUEUE_SQL_POSTGRESQL = f"""
-INSERT INTO {TABLE} {ENQUEUE_COLUMNS}
-SELECT %s, 'main', COALESCE(({TAIL_SQL}), 0) + p.number, p.payload, %s, 0, 0, 0, ''
-FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(payload, number)
-RETURNING id, position
-"""
+
+
+def _append_sql(rows: str, payload: str, number: str) -> str:
+    """An INSERT of items after the tail of main, one per row of ``rows``: ``payload`` is its JSON
+    and ``number`` its place among them (1, 2, …), SQL expressions over ``rows``. Parameters: the
+    queue's name twice and the enqueue time, then those of ``rows``."""
+    return (
+        f"INSERT INTO {TABLE} {ENQUEUE_COLUMNS} "
+        f"SELECT %s, 'main', COALESCE(({TAIL_SQL}), 0) + {number}, {payload}, %s, 0, 0, 0, '' FROM {rows}"
+    )
+
+
+ENQUEUE_SQL_POSTGRESQL = (
+    _append_sql(
+        "jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(payload, number)", "p.payload", "p.number"
+    )
+    + " RETURNING id, position"
+)
 ENQUEUE_SQL = f"INSERT INTO {TABLE} {ENQUEUE_COLUMNS} VALUES {{rows}} RETURNING id, position"
 ENQUEUE_ROW = "(%s, 'main', %s, %s, %s, 0, 0, 0, '')"
 
@@ -195,13 +207,12 @@ class DatabaseFIFO(ReliableFIFO):
         by itself. ``payload`` is an SQL expression of a JSON value. Returns the SQL and its
         parameters, to be placed where the caller's statement wants it.
         """
-        connection = connections[self.using]
-        sql = (
-            f"INSERT INTO {TABLE} {ENQUEUE_COLUMNS} "
-            f"SELECT %s, 'main', COALESCE(({TAIL_SQL}), 0) + row_number() OVER (ORDER BY {order}), "
-            f"{payload}, %s, 0, 0, 0, '' FROM {rows}"
-        )
-        return sql, [self.name, self.name, connection.ops.adapt_datetimefield_value(self.clock())]
+        stamp = connections[self.using].ops.adapt_datetimefield_value(self.clock())
+        return _append_sql(rows, payload, f"row_number() OVER (ORDER BY {order})"), [
+            self.name,
+            self.name,
+            stamp,
+        ]
 
     # --- consumers ----------------------------------------------------------------------------------
 
