@@ -696,12 +696,13 @@ BOOKKEEPING_FIELDS = (
 
 
 @functools.cache
-def _sending_fields() -> tuple[list[str], list[tuple[int, Callable]], str]:
-    """What :func:`load_for_sending` reads: the fields' names, the converters of those that have
-    one (by position), and its PostgreSQL statement."""
+def _sending_fields() -> tuple[list[str], list[tuple], str]:
+    """What :func:`load_for_sending` reads: the fields' names, ``(position, field, converter)`` for
+    each converter a field has, and its PostgreSQL statement."""
     fields = [f for f in Command._meta.concrete_fields if f.name not in BOOKKEEPING_FIELDS]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    decode = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    # The fields' own converters, as the ORM applies them to loaded rows (the JSON payload's decoding).
+    decode = [(i, f, convert) for i, f in enumerate(fields) for convert in f.get_db_converters(connection)]
     sql = f"SELECT {columns} FROM {Command._meta.db_table} WHERE id = ANY(%s::bigint[])"
     return [f.attname for f in fields], decode, sql
 
@@ -719,8 +720,8 @@ def load_for_sending(ids: list[int]) -> dict[int, Command]:
     commands = {}
     for row in execute_prepared(connection, sql, [ids])[0]:
         values = list(row)
-        for i, convert in decode:
-            values[i] = convert(values[i], None, connection)
+        for i, f, convert in decode:
+            values[i] = convert(values[i], f, connection)
         command = Command.from_db(connection.alias, names, values)
         commands[command.pk] = command
     return commands
