@@ -27,6 +27,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
+from ankusa_site.admin import ModelAdmin
 from commands import adapters
 from commands.admin_actions import CommandActions
 from commands.admin_lists import (
@@ -83,7 +84,7 @@ class ConnectorForm(forms.ModelForm):
 
 
 @admin.register(Connector)
-class ConnectorAdmin(admin.ModelAdmin):
+class ConnectorAdmin(ModelAdmin):
     form = ConnectorForm
     list_display = ["name", "tenant", "kind", "enabled", "idempotent", "secret_set", "updated_at"]
     list_filter = ["kind", "enabled", "idempotent"]
@@ -156,7 +157,7 @@ class SourceForm(forms.ModelForm):
 
 
 @admin.register(Source)
-class SourceAdmin(admin.ModelAdmin):
+class SourceAdmin(ModelAdmin):
     form = SourceForm
     list_display = ["slug", "tenant", "verifier", "secrets_set", "dedupe_key", "needs_approval"]
     list_filter = ["verifier", "needs_approval"]
@@ -400,7 +401,7 @@ COMMAND_COLUMNS = [
 
 
 @admin.register(Command)
-class CommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
+class CommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     list_display = [*COMMAND_COLUMNS, "created_at"]
     list_filter = ["state", SkipReasonFilter, "last_outlook", AuditEntryFilter]
     list_select_related = ["tenant", "connector"]
@@ -424,7 +425,7 @@ class CommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
 
 
 @admin.register(FailedCommand)
-class FailedCommandAdmin(CommandDetail, CommandActions, admin.ModelAdmin):
+class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     """The failed-command list: why each waits and what to do, cheap on 100,000+ rows.
 
     Ordered by the partial index ``commands_failed_idx`` (skip_reason, -id) WHERE state = failed, so
@@ -495,7 +496,7 @@ AUDIT_LINKED = 50
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(HistoryOnly, admin.ModelAdmin):
+class AuditEntryAdmin(HistoryOnly, ModelAdmin):
     """What staff did, read-only: written by ``commands.actions``, never edited or deleted here."""
 
     list_display = [
@@ -550,7 +551,7 @@ class AuditEntryAdmin(HistoryOnly, admin.ModelAdmin):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(HistoryOnly, admin.ModelAdmin):
+class AttemptAdmin(HistoryOnly, ModelAdmin):
     list_display = ["command", *ATTEMPT_COLUMNS]
     list_filter = ["ok", "outlook"]
     list_select_related = ["command"]
@@ -567,7 +568,7 @@ class DeliveryCommandInline(HistoryOnly, admin.TabularInline):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(HistoryOnly, admin.ModelAdmin):
+class DeliveryAdmin(HistoryOnly, ModelAdmin):
     list_display = ["id", "tenant", "source", "event_key", "size", "received_at"]
     list_select_related = ["tenant", "source"]
     # Exact matches only: the unique (event_key, tenant, source) index serves them, a LIKE would not.

@@ -31,6 +31,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from ankusa_site.admin import selected_across
 from commands import actions
 from commands.explain import explain
 from commands.models import Command
@@ -105,16 +106,6 @@ class CommandActions:
             return None
         return HttpResponseRedirect(reverse(self._url_name("new_command"), args=[ids[0]]))
 
-    def response_action(self, request, queryset):
-        # Django filters by the posted ids as they come; a forged one ("abc") would be a 500.
-        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
-        if not all(value.isdigit() for value in selected):
-            self.message_user(
-                request, "The selection holds something that is not a command id.", messages.ERROR
-            )
-            return None
-        return super().response_action(request, queryset)
-
     def get_actions(self, request):
         found = super().get_actions(request)
         found.pop("delete_selected", None)  # commands leave by cancel, with an audit row, never by delete
@@ -157,7 +148,7 @@ class CommandActions:
             "reason": reason,
             "error": error,
             # Read as Django's action form reads it, so the page re-posts what the queryset meant.
-            "select_across": forms.BooleanField(required=False).to_python(request.POST.get("select_across")),
+            "select_across": selected_across(request),
             "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "changelist": reverse(self._url_name("changelist")),

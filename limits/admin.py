@@ -11,6 +11,7 @@ from django.db.models import Prefetch
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from ankusa_site.admin import ModelAdmin
 from limits import actions, tokens
 from limits.models import ApiToken, Kind, LimitOverride, Tenant
 from limits.quotas import effective_limits
@@ -26,7 +27,7 @@ class LimitOverrideInline(admin.TabularInline):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ModelAdmin):
     list_display = ["slug", "name", "active", "hooks_limit", "bytes_limit", "created_at"]
     search_fields = ["slug", "name"]
     list_filter = ["active"]
@@ -96,7 +97,7 @@ class TenantAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(ModelAdmin):
     """Tokens are issued here and shown once, on the page that follows; afterwards only their id."""
 
     list_display = ["name", "shown_as", "tenant", "user", "created_at", "last_used_at", "revoked_at"]

@@ -32,6 +32,7 @@ from django.utils.text import Truncator
 from django.utils.timesince import timesince
 from redis.exceptions import RedisError
 
+from ankusa_site.admin import ModelAdmin, selected_across
 from queues import actions
 from queues.fifo import KINDS, Item
 from queues.models import QueueItem
@@ -49,7 +50,7 @@ OPERATIONS = {
 
 
 @admin.register(QueueItem)
-class QueueItemAdmin(admin.ModelAdmin):
+class QueueItemAdmin(ModelAdmin):
     list_display = [
         "id",
         "queue",
@@ -116,7 +117,7 @@ class QueueItemAdmin(admin.ModelAdmin):
             "verb": verb,
             "total": sum(counts.values()),
             "counts": [(State(state).label, count) for state, count in sorted(counts.items())],
-            "select_across": request.POST.get("select_across") == "1",
+            "select_across": selected_across(request),
             "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         }
