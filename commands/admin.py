@@ -255,11 +255,7 @@ def moment(value) -> str:
 class CommandDetail:
     """The read-only parts of a command's page (both the command and the failed-command admin)."""
 
-    # List columns, shared by both lists.
-    @admin.display(description="why it waits")
-    def why_badge(self, command: Command):
-        return reason_badge(command)
-
+    # List columns, shared by both lists (``why`` is one of them, and a field of the page).
     @admin.display(description="next check", ordering="next_attempt_at")
     def next_check(self, command: Command):
         return command.next_attempt_at or "-"
@@ -376,16 +372,11 @@ class CommandDetail:
             ),
         )
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra_context = dict(extra_context or {})
-        # Offered only where it can work: a failed command (one cheap query by primary key).
-        if (
-            self.has_new_command_permission(request)
-            and str(object_id).isdigit()
-            and Command.objects.filter(pk=int(object_id), state=State.FAILED).exists()
-        ):
-            extra_context["new_command_url"] = reverse(self._url_name("new_command"), args=[object_id])
-        return super().change_view(request, object_id, form_url, extra_context)
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        # Offered only where it can work: a failed command (the page's own row says so).
+        if obj is not None and obj.state == State.FAILED and self.has_new_command_permission(request):
+            context["new_command_url"] = reverse(self._url_name("new_command"), args=[obj.pk])
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
 
 COMMAND_COLUMNS = [
@@ -393,7 +384,7 @@ COMMAND_COLUMNS = [
     "tenant",
     "connector",
     "state",
-    "why_badge",
+    "why",
     "last_outlook",
     "attempts",
     "next_check",
@@ -438,7 +429,7 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
         "tenant",
         "connector_column",
         "state",
-        "why_badge",
+        "why",
         "last_outlook",
         "attempts",
         "next_check",
