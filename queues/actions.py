@@ -5,8 +5,9 @@ the queue), so the three behave the same. Which queues exist: every queue name w
 database backend, every name in the Redis registry (only when this site uses Redis at all, so a
 site without Redis never waits on it), and every name the settings route to a backend.
 
-Acting on chosen items of any backend (the admin's page of a Redis queue): ``requeue_chosen`` /
-``drop_chosen`` call the queue's ``requeue_ids`` / ``drop_ids``, one atomic step. Acting on every
+Acting on chosen items of any backend: ``requeue_chosen`` / ``drop_chosen`` call the queue's
+``requeue_ids`` / ``drop_ids``, one atomic step, and log one line (the admin's page of a Redis
+queue calls them; the database list's ``requeue_items`` / ``drop_items`` call them per queue). Acting on every
 item of a sub-queue (``requeue_sub_queue`` / ``drop_sub_queue``) means what ticking each of them
 would mean: failed uses the queue's own ``requeue_failed`` / ``remove_failed``; busy and main are
 walked ``peek`` by ``peek``, ``BATCH`` ids per step, up to the length seen at the start (and, in
@@ -84,17 +85,14 @@ def _by_queue(items: QuerySet[QueueItem]) -> Iterable[tuple[DatabaseFIFO, list[i
 
 
 def requeue_items(items: QuerySet[QueueItem]) -> int:
-    """Put the chosen busy and failed database items at the tail of their queues."""
-    moved = sum(queue.requeue_ids(ids) for queue, ids in _by_queue(items))
-    log_event(logger, "queue_items_requeued_by_operator", count=moved)
-    return moved
+    """Put the chosen busy and failed database items at the tail of their queues (``requeue_chosen``
+    per queue, so one log line per queue)."""
+    return sum(requeue_chosen(queue, ids) for queue, ids in _by_queue(items))
 
 
 def drop_items(items: QuerySet[QueueItem]) -> int:
-    """Delete the chosen database items."""
-    dropped = sum(queue.drop_ids(ids) for queue, ids in _by_queue(items))
-    log_event(logger, "queue_items_dropped_by_operator", count=dropped)
-    return dropped
+    """Delete the chosen database items (``drop_chosen`` per queue, so one log line per queue)."""
+    return sum(drop_chosen(queue, ids) for queue, ids in _by_queue(items))
 
 
 # --- Redis queues, item by item ------------------------------------------------------------------

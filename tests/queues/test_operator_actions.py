@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from queues import actions
+from queues.backends.database import DatabaseFIFO
+from queues.models import QueueItem
 from tests.queues.conftest import FakeClock
 
 pytestmark = pytest.mark.django_db
@@ -69,4 +71,19 @@ def test_chosen_items_are_requeued_and_dropped_with_one_log_line_each(queue, que
     assert logged == [
         {"event": "queue_items_requeued_by_operator", "queue": "jobs", "backend": queue.backend, "count": 2},
         {"event": "queue_items_dropped_by_operator", "queue": "jobs", "backend": queue.backend, "count": 1},
+    ]
+
+
+def test_chosen_database_items_of_two_queues_log_one_line_per_queue(db, queue_log):
+    DatabaseFIFO("jobs").enqueue("a", "b")
+    DatabaseFIFO("mail").enqueue("c")
+    for name in ("jobs", "mail"):
+        DatabaseFIFO(name).claim(2)
+    assert actions.requeue_items(QueueItem.objects.all()) == 3
+    assert actions.drop_items(QueueItem.objects.filter(queue="mail")) == 1
+    logged = [event for event in events(queue_log) if event["event"].endswith("by_operator")]
+    assert logged == [
+        {"event": "queue_items_requeued_by_operator", "queue": "jobs", "backend": "database", "count": 2},
+        {"event": "queue_items_requeued_by_operator", "queue": "mail", "backend": "database", "count": 1},
+        {"event": "queue_items_dropped_by_operator", "queue": "mail", "backend": "database", "count": 1},
     ]
