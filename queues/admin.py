@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 
 from ankusa_site.admin import ModelAdmin, selected_across
 from queues import actions
-from queues.fifo import KINDS, Item
+from queues.fifo import KINDS, Item, Kind
 from queues.models import QueueItem
 
 State = QueueItem.State
@@ -47,6 +47,16 @@ OPERATIONS = {
     "requeue_all": ("requeue", "all"),
     "drop_all": ("drop", "all"),
 }
+
+
+def short_json(value) -> str:
+    """A payload as the lists show it: JSON, cut to 80 characters."""
+    return Truncator(json.dumps(value, ensure_ascii=False)).chars(80)
+
+
+def short_text(text: str) -> str:
+    """An error as the lists show it: cut to 80 characters."""
+    return Truncator(text).chars(80)
 
 
 @admin.register(QueueItem)
@@ -80,7 +90,7 @@ class QueueItemAdmin(ModelAdmin):
 
     @admin.display(description="payload")
     def short_payload(self, item: QueueItem) -> str:
-        return Truncator(json.dumps(item.payload, ensure_ascii=False)).chars(80)
+        return short_json(item.payload)
 
     @admin.display(description="in this sub-queue for")
     def age(self, item: QueueItem) -> str:
@@ -91,7 +101,7 @@ class QueueItemAdmin(ModelAdmin):
 
     @admin.display(description="last error")
     def short_error(self, item: QueueItem) -> str:
-        return Truncator(item.last_error).chars(80)
+        return short_text(item.last_error)
 
     # --- actions: a confirmation page with the count, then one domain call --------------------------
 
@@ -233,14 +243,14 @@ class QueueItemAdmin(ModelAdmin):
         return HttpResponseRedirect(page)
 
 
-def _redis_row(item: Item, kind: str, now) -> dict:
-    since = {"main": item.enqueued_at, "busy": item.claimed_at, "failed": item.failed_at}[kind]
+def _redis_row(item: Item, kind: Kind, now) -> dict:
+    since = item.since(kind)
     return {
         "id": item.id,
-        "payload": Truncator(json.dumps(item.payload, ensure_ascii=False)).chars(80),
+        "payload": short_json(item.payload),
         "age": timesince(since, now) if since else "-",
         "claims": item.claims,
         "requeues": item.requeue_count,
         "fails": item.fail_count,
-        "error": Truncator(item.last_error).chars(80),
+        "error": short_text(item.last_error),
     }

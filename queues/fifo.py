@@ -80,6 +80,11 @@ class Item:
     claims: int = 0
     failed_at: datetime | None = None
 
+    def since(self, kind: Kind) -> datetime | None:
+        """When the item entered sub-queue ``kind``: main when enqueued, busy when claimed, failed
+        when it failed (None when that never happened)."""
+        return {"main": self.enqueued_at, "busy": self.claimed_at, "failed": self.failed_at}[kind]
+
 
 class ReliableFIFO(abc.ABC):
     """The interface every backend implements; ``claim`` and ``consume`` are shared here."""
@@ -239,8 +244,7 @@ class ReliableFIFO(abc.ABC):
         head = self.peek(kind, 1)
         if not head:
             return None
-        item = head[0]
-        since = {"main": item.enqueued_at, "busy": item.claimed_at, "failed": item.failed_at}[kind]
+        since = head[0].since(kind)
         return max(self.clock() - since, timedelta(0)) if since else None
 
     def stats(self) -> dict[str, Any]:

@@ -500,6 +500,21 @@ def test_age_of_each_sub_queue(queue, clock):
     }
 
 
+def test_each_item_says_since_when_it_is_in_its_sub_queue(queue, clock):
+    queue.enqueue("a", "b", "c")
+    enqueued = clock.now
+    clock.advance(seconds=10)
+    a, b = queue.claim(2)
+    claimed = clock.now
+    clock.advance(seconds=5)
+    queue.fail(a, "x")
+    (waiting,), (busy,), (failed,) = (queue.peek(kind, 1) for kind in ("main", "busy", "failed"))
+    assert waiting.since("main") == enqueued
+    assert busy.since("busy") == claimed
+    assert failed.since("failed") == clock.now
+    assert waiting.since("busy") is None and waiting.since("failed") is None
+
+
 def test_flush_deletes_every_item_and_ids_are_not_reused(queue):
     queue.enqueue("a", "b", "c", "d")
     a, b = queue.claim(2)
