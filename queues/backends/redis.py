@@ -348,12 +348,13 @@ if ARGV[1] == 'busy' then
   end
   return out
 end
--- Read in pages of at least 100, so a run of tombstones costs few LRANGE calls.
+-- The first page is the want ids (age() peeks one item on every dispatch sweep). A page that
+-- leaves found short of want met tombstones (or the end): later pages read at least 100 ids, so a
+-- run of tombstones costs few LRANGE calls.
 local key = ARGV[1] == 'main' and MAIN or FAILED
-local start, found = 0, 0
+local start, found, page = 0, 0, want
 while found < want do
-  local ids = redis.call('LRANGE', key, start, start + math.max(want - found, 100) - 1)
-  if #ids == 0 then break end
+  local ids = redis.call('LRANGE', key, start, start + page - 1)
   start = start + #ids
   local records = chunked('HMGET', ITEMS, ids, 1)
   for i, id in ipairs(ids) do
@@ -364,6 +365,8 @@ while found < want do
       out[#out + 1] = ''
     end
   end
+  if #ids < page then break end  -- the end of the list
+  page = math.max(want - found, 100)
 end
 return out
 """

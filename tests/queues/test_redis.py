@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from redis.crc import key_slot
 
 from queues.backends.redis import RedisFIFO, known_queues
@@ -54,3 +55,35 @@ def test_peek_reads_past_a_long_run_of_tombstones(django_redis):
     assert [item.payload for item in queue.peek("main", 1)] == [0]
     assert [item.payload for item in queue.peek("main", 5)] == [0, 299]
     assert queue.length("main") == 2
+
+
+def lranges(client, queue: RedisFIFO, action) -> list[list[str]]:
+    """The LRANGE calls ``action()`` makes on ``queue``'s keys, seen through Redis's MONITOR."""
+    end = f"test:end-of:{queue.name}"
+    seen = []
+    with client.monitor() as monitor:
+        action()
+        client.set(end, 1)
+        while True:
+            command = monitor.next_command()
+            if command["db"] != settings.TEST_REDIS_DB:
+                continue  # another checkout's tests on the same Redis
+            words = command["command"].split()
+            if end in words:
+                return seen
+            if words[0] == "LRANGE" and words[1] == queue.keys[0]:
+                seen.append(words[2:])
+
+
+def test_peek_reads_what_it_wants_and_widens_only_past_tombstones(django_redis, redis_client):
+    queue = RedisFIFO("peeked")
+    ids = queue.enqueue(*range(300))
+    assert lranges(redis_client, queue, lambda: queue.peek("main", 1)) == [["0", "0"]]
+    assert lranges(redis_client, queue, lambda: queue.peek("main", 3)) == [["0", "2"]]
+    queue.drop_ids(ids[2:150])
+    assert [item.payload for item in queue.peek("main", 3)] == [0, 1, 150]
+    assert lranges(redis_client, queue, lambda: queue.peek("main", 3)) == [
+        ["0", "2"],
+        ["3", "102"],
+        ["103", "202"],
+    ]
