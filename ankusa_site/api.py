@@ -15,11 +15,11 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
-from drf_spectacular.utils import extend_schema_field, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
 from rest_framework.views import exception_handler
 
-from ankusa_site.permissions import Access, ApiPermission  # noqa: F401 - the views' one import
+from ankusa_site.permissions import Access  # noqa: F401 - the views' one import
 
 JSON_PREFIXES = ("/api/", "/hooks/")
 
@@ -72,8 +72,9 @@ def clean_model(instance, attrs: dict, *, exclude: tuple[str, ...] = ()) -> None
     """The model's own validation (field validators, ``clean()``, unique constraints) on ``instance``
     with ``attrs`` applied, as DRF errors: the API refuses exactly what the admin refuses, and a
     duplicate name is a 400 rather than an IntegrityError. Many-to-many values are not applied."""
+    many_to_many = {f.name for f in instance._meta.many_to_many}
     for name, value in attrs.items():
-        if not isinstance(value, list | tuple) or name not in {f.name for f in instance._meta.many_to_many}:
+        if name not in many_to_many:
             setattr(instance, name, value)
     try:
         instance.full_clean(exclude=list(exclude))
@@ -107,3 +108,28 @@ def storable_json(value):
     problem = unstorable(value)
     if problem:
         raise serializers.ValidationError(problem)
+
+
+def errors(*statuses: int) -> dict:
+    """The schema's answers for these error statuses: the ``Error`` body."""
+    return {status: OpenApiResponse(ERROR) for status in statuses}
+
+
+class StrictSerializer(serializers.Serializer):
+    """A request body that refuses fields it does not know: a misspelt one is a 400 reported with
+    every other problem of the body, never silently ignored (an ignored filter widens a bulk
+    action, an ignored option changes nothing the client asked for)."""
+
+    def problems(self, data: dict) -> dict:
+        """What the fields themselves let pass, by field name; a subclass may add its own."""
+        return {name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))}
+
+    def to_internal_value(self, data):
+        problems = self.problems(data) if isinstance(data, dict) else {}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError({**exc.detail, **problems}) from None
+        if problems:
+            raise serializers.ValidationError(problems)
+        return value

@@ -1,7 +1,7 @@
 """REST endpoints of the commands app: sources, connectors, commands and their staff actions,
 deliveries and audit entries (mounted under ``/api/v1/`` by ``commands.api_urls``).
 
-Who may do what is ``ankusa_site.api.ApiPermission``: staff by their Django permissions (the
+Who may do what is ``ankusa_site.permissions.ApiPermission``: staff by their Django permissions (the
 viewer / operator / admin groups of ``commands.staff_groups``), tenant tokens read their own
 tenant's rows only (another tenant's row is a 404, exactly like a missing one) and submit
 commands; they never run a staff action, never read audit entries.
@@ -25,10 +25,8 @@ from __future__ import annotations
 import django_filters
 from django import forms
 from django.db.models import Prefetch, ProtectedError
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import (
     OpenApiParameter,
-    OpenApiResponse,
     PolymorphicProxySerializer,
     extend_schema,
     extend_schema_field,
@@ -41,7 +39,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from ankusa_site.api import ERROR, Access, Conflict, clean_model, storable_json
+from ankusa_site.api import Access, Conflict, StrictSerializer, clean_model, errors, storable_json
 from commands import actions, intake_api
 from commands.explain import explain
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, Source
@@ -56,10 +54,6 @@ MAX_BULK_IDS = 10_000
 ID_PATTERN = r"[0-9]{1,19}"
 # Header names a delivery never shows, whatever was stored: signatures prove, they do not inform.
 SIGNATURE_MARKERS = ("signature", "hmac", "authorization", "token", "secret")
-
-
-def errors(*statuses: int) -> dict:
-    return {status: OpenApiResponse(ERROR) for status in statuses}
 
 
 READ_ERRORS = errors(400, 401, 403, 404)
@@ -85,35 +79,48 @@ class IdFilter(django_filters.NumberFilter):
         super().__init__(*args, **kwargs)
 
 
-class Scoped(Access):
-    """A view over one model whose rows belong to a tenant: a tenant token sees its own only."""
+class IdLookup(Access):
+    """A view whose rows are found by a numeric id in the URL: past the largest id, a 404 like any
+    missing row (never a database error)."""
 
-    tenant_reads = True
     lookup_value_regex = ID_PATTERN
 
-    def scoped(self, queryset):
-        own = tenant_of(self.request.user)
-        return queryset if own is None else queryset.filter(tenant=own)
-
     def get_object(self):
-        if int(self.kwargs[self.lookup_field]) > MAX_ID:  # answered like any missing row
+        if int(self.kwargs[self.lookup_field]) > MAX_ID:
             model = self.get_queryset().model
             raise exceptions.NotFound(f"No {model._meta.object_name} matches the given query.")
         return super().get_object()
 
 
-def deletable(destroy):
-    """A row other rows still point at (commands of a connector, deliveries of a source) is a 409."""
+class Scoped(IdLookup):
+    """A view over one model whose rows belong to a tenant: a tenant token sees its own only."""
 
-    def wrapped(self, request, *args, **kwargs):
+    tenant_reads = True
+
+    def scoped(self, queryset):
+        own = tenant_of(self.request.user)
+        return queryset if own is None else queryset.filter(tenant=own)
+
+
+class Editable(Scoped, viewsets.ModelViewSet):
+    """A tenant's read-write rows (connectors, sources), in id order. A row other rows still point
+    at (commands of a connector, deliveries of a source) is not deleted: a 409."""
+
+    pagination_class = IdCursor
+
+    def perform_destroy(self, instance):
         try:
-            return destroy(self, request, *args, **kwargs)
+            instance.delete()
         except ProtectedError as exc:
             raise Conflict(
                 f"Still in use by {len(exc.protected_objects)} or more rows; disable it instead."
             ) from None
 
-    return wrapped
+
+class TenantFilterSet(django_filters.FilterSet):
+    """Filters of a tenant's rows, starting with the tenant by slug."""
+
+    tenant = django_filters.CharFilter(field_name="tenant__slug", max_length=64)
 
 
 class TenantField(serializers.SlugRelatedField):
@@ -135,17 +142,13 @@ class Owned(serializers.ModelSerializer):
 # --- connectors ---------------------------------------------------------------------------------
 
 
-class SourceFilter(django_filters.FilterSet):
-    tenant = django_filters.CharFilter(field_name="tenant__slug", max_length=64)
-
+class SourceFilter(TenantFilterSet):
     class Meta:
         model = Source
         fields = ["tenant"]
 
 
-class ConnectorFilter(django_filters.FilterSet):
-    tenant = django_filters.CharFilter(field_name="tenant__slug", max_length=64)
-
+class ConnectorFilter(TenantFilterSet):
     class Meta:
         model = Connector
         fields = ["tenant", "kind", "enabled"]
@@ -197,16 +200,13 @@ def editable_schema(serializer):
 
 
 @editable_schema(ConnectorSerializer)
-class ConnectorViewSet(Scoped, viewsets.ModelViewSet):
+class ConnectorViewSet(Editable):
     serializer_class = ConnectorSerializer
-    pagination_class = IdCursor
     permission_model = "commands.connector"
     filterset_class = ConnectorFilter
 
     def get_queryset(self):
         return self.scoped(Connector.objects.select_related("tenant"))
-
-    destroy = deletable(viewsets.ModelViewSet.destroy)
 
 
 # --- sources ------------------------------------------------------------------------------------
@@ -250,13 +250,13 @@ class SourceSerializer(Owned):
         tenant = attrs.get("tenant") or self.instance.tenant
         if "connectors" in attrs:
             wanted = set(attrs["connectors"])
-            found = Connector.objects.filter(tenant=tenant, pk__in=wanted)
-            missing = wanted - set(found.values_list("pk", flat=True))
+            found = list(Connector.objects.filter(tenant=tenant, pk__in=wanted))
+            missing = wanted - {connector.pk for connector in found}
             if missing:
                 raise serializers.ValidationError(
                     {"connectors": [f"No connector {pk} for this tenant." for pk in sorted(missing)[:10]]}
                 )
-            attrs["connectors"] = list(found)
+            attrs["connectors"] = found
         clean_model(self.instance or Source(), attrs)
         return attrs
 
@@ -275,17 +275,14 @@ class SourceSerializer(Owned):
 
 
 @editable_schema(SourceSerializer)
-class SourceViewSet(Scoped, viewsets.ModelViewSet):
+class SourceViewSet(Editable):
     serializer_class = SourceSerializer
-    pagination_class = IdCursor
     permission_model = "commands.source"
     filterset_class = SourceFilter
 
     def get_queryset(self):
         connectors = Prefetch("connectors", queryset=Connector.objects.only("id"))
         return self.scoped(Source.objects.select_related("tenant").prefetch_related(connectors))
-
-    destroy = deletable(viewsets.ModelViewSet.destroy)
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -358,7 +355,7 @@ class CommandDetailSerializer(CommandSerializer):
         read_only_fields = fields
 
     def get_resent_as(self, command: Command) -> list[int]:
-        return sorted(command.resent_as.values_list("pk", flat=True))
+        return sorted(copy.pk for copy in command.resent_as.all())  # prefetched by the view
 
     @extend_schema_field(AttemptSerializer(many=True))
     def get_latest_attempts(self, command: Command) -> list:
@@ -382,13 +379,12 @@ class CommandDetailSerializer(CommandSerializer):
         }
 
 
-class CommandFilter(django_filters.FilterSet):
+class CommandFilter(TenantFilterSet):
     """The list's filters; a bulk action's ``filter`` is read by the same set."""
 
     state = django_filters.ChoiceFilter(choices=State.choices)
     skip_reason = django_filters.ChoiceFilter(choices=SkipReason.choices)
     last_outlook = django_filters.ChoiceFilter(choices=Outlook.choices)
-    tenant = django_filters.CharFilter(field_name="tenant__slug", max_length=64)
     connector = IdFilter(field_name="connector_id")
 
     class Meta:
@@ -406,22 +402,7 @@ class FilterInput(serializers.Serializer):
     connector = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
 
 
-def refuse_unknown(serializer: serializers.Serializer, data) -> None:
-    """A misspelt field is a 400, not silently ignored (an ignored filter widens a bulk action)."""
-    if not isinstance(data, dict):
-        raise serializers.ValidationError({"non_field_errors": ["Send a JSON object."]})
-    unknown = sorted(set(data) - set(serializer.fields))
-    if unknown:
-        raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-
-
-class Strict(serializers.Serializer):
-    def to_internal_value(self, data):
-        refuse_unknown(self, data)
-        return super().to_internal_value(data)
-
-
-class ActionInput(Strict):
+class ActionInput(StrictSerializer):
     dry_run = serializers.BooleanField(required=False, default=False, help_text="Answer the plan only.")
     override = serializers.BooleanField(
         required=False,
@@ -432,7 +413,7 @@ class ActionInput(Strict):
     reason = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
 
 
-class StrictFilterInput(Strict, FilterInput):
+class StrictFilterInput(StrictSerializer, FilterInput):
     pass
 
 
@@ -455,7 +436,7 @@ class BulkInput(ActionInput):
         return attrs
 
 
-class NewCommandInput(Strict):
+class NewCommandInput(StrictSerializer):
     payload = serializers.JSONField(
         required=False, validators=[storable_json], help_text="The new payload; omitted: the original's."
     )
@@ -548,6 +529,10 @@ def _action_permissions() -> dict[str, tuple[str, ...]]:
     return table
 
 
+# The views that answer a command's detail (its payload and its resent copies).
+DETAIL_ACTIONS = ("retrieve", "new_command")
+
+
 @extend_schema_view(
     list=extend_schema(responses={200: CommandSerializer(many=True), **READ_ERRORS}),
     retrieve=extend_schema(responses={200: CommandDetailSerializer, **READ_ERRORS}),
@@ -561,10 +546,16 @@ class CommandViewSet(Scoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, v
 
     def get_queryset(self):
         commands = Command.objects.select_related("tenant", "connector", "source")
+        if self.action in DETAIL_ACTIONS:
+            commands = commands.prefetch_related(
+                Prefetch("resent_as", queryset=Command.objects.only("id", "resent_from_id"))
+            )
+        else:
+            commands = commands.defer("payload")  # lists and actions never show it
         return self.scoped(commands)
 
     def get_serializer_class(self):
-        return CommandDetailSerializer if self.action in ("retrieve", "new_command") else CommandSerializer
+        return CommandDetailSerializer if self.action in DETAIL_ACTIONS else CommandSerializer
 
     @extend_schema(
         operation_id="commands_submit",
@@ -698,8 +689,7 @@ class DeliveryDetailSerializer(DeliverySerializer):
         read_only_fields = fields
 
 
-class DeliveryFilter(django_filters.FilterSet):
-    tenant = django_filters.CharFilter(field_name="tenant__slug", max_length=64)
+class DeliveryFilter(TenantFilterSet):
     source = django_filters.CharFilter(field_name="source__slug", max_length=64)
     event_key = django_filters.CharFilter(max_length=255)
 
@@ -769,19 +759,13 @@ class AuditFilter(django_filters.FilterSet):
     list=extend_schema(responses={200: AuditEntrySerializer(many=True), **READ_ERRORS}),
     retrieve=extend_schema(responses={200: AuditEntryDetailSerializer, **READ_ERRORS}),
 )
-class AuditEntryViewSet(Access, viewsets.ReadOnlyModelViewSet):
+class AuditEntryViewSet(IdLookup, viewsets.ReadOnlyModelViewSet):
     """Staff only: an audit row names users and spans tenants, so tenant tokens get a 403."""
 
     pagination_class = NewestFirst
     filterset_class = AuditFilter
     permission_model = "commands.auditentry"
-    lookup_value_regex = ID_PATTERN
     queryset = AuditEntry.objects.all()
 
     def get_serializer_class(self):
         return AuditEntryDetailSerializer if self.action == "retrieve" else AuditEntrySerializer
-
-    def get_object(self):
-        if int(self.kwargs["pk"]) > MAX_ID:
-            raise exceptions.NotFound("No AuditEntry matches the given query.")
-        return get_object_or_404(AuditEntry, pk=self.kwargs["pk"])

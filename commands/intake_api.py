@@ -38,7 +38,7 @@ from drf_spectacular.utils import (
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
-from ankusa_site.api import json_errors
+from ankusa_site.api import StrictSerializer, json_errors
 from ankusa_site.logs import log_event
 from commands import event_keys, intake
 from commands.models import Command, Connector
@@ -70,23 +70,10 @@ class ConnectorRef(serializers.Field):
         return value
 
 
-class CommandInput(serializers.Serializer):
+class CommandInput(StrictSerializer):
     connector = ConnectorRef()
     payload = serializers.DictField()
     tenant = serializers.CharField(required=False, max_length=64)
-
-    def to_internal_value(self, data):
-        """Unknown fields are refused together with any other problem, not silently dropped."""
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({"non_field_errors": ["Send a JSON object."]})
-        unknown = {name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))}
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError({**exc.detail, **unknown}) from None
-        if unknown:
-            raise serializers.ValidationError(unknown)
-        return value
 
 
 COMMAND_ANSWER = inline_serializer(

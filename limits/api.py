@@ -8,7 +8,7 @@
   is a 400), DELETE removes it. Both reset the tenant's buckets (``limits.actions``).
 
 Staff need ``limits.view_tenant`` to read and ``limits.add|change_tenant`` / ``limits.*_limitoverride``
-to write (``ankusa_site.api.ApiPermission``). A tenant token reads its own tenant and limits only;
+to write (``ankusa_site.permissions.ApiPermission``). A tenant token reads its own tenant and limits only;
 any other tenant is a 404, like one that does not exist. Every error is JSON
 ``{"error": code, "detail": text}`` (validation errors add ``fields``).
 """
@@ -19,13 +19,13 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ankusa_site.api import ERROR, Access, clean_model
+from ankusa_site.api import Access, StrictSerializer, clean_model, errors
 from limits import actions
 from limits.authentication import tenant_of
 from limits.models import Kind, LimitOverride, Tenant
@@ -129,32 +129,18 @@ class TenantViewSet(
         return tenants if own is None else tenants.filter(pk=own.pk)
 
 
-class OverrideInput(serializers.Serializer):
+class OverrideInput(StrictSerializer):
     rate = serializers.FloatField()
     burst = serializers.IntegerField()
     reason = serializers.CharField(max_length=500, allow_blank=True, required=False, default="")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
-    def to_internal_value(self, data):
-        """Every problem at once: a typo'd field name is reported with the field it left missing."""
-        errors = {}
-        if isinstance(data, dict):
-            errors = {name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))}
-            # JSON true is not a rate: DRF's FloatField would read it as 1.0.
-            errors.update(
-                {
-                    name: ["Must be a number."]
-                    for name in ("rate", "burst")
-                    if isinstance(data.get(name), bool)
-                }
-            )
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError({**exc.detail, **errors}) from None
-        if errors:
-            raise serializers.ValidationError(errors)
-        return value
+    def problems(self, data: dict) -> dict:
+        # JSON true is not a rate: DRF's FloatField would read it as 1.0.
+        wrong = {
+            name: ["Must be a number."] for name in ("rate", "burst") if isinstance(data.get(name), bool)
+        }
+        return {**super().problems(data), **wrong}
 
 
 OVERRIDE_FIELDS = (
@@ -195,7 +181,7 @@ class TenantLimit(Access, APIView):
         tenants = Tenant.objects.all() if own is None else Tenant.objects.filter(pk=own.pk)
         return get_object_or_404(tenants, slug=slug), kind
 
-    @extend_schema(responses={200: TENANT_LIMIT, **{s: OpenApiResponse(ERROR) for s in (401, 403, 404)}})
+    @extend_schema(responses={200: TENANT_LIMIT, **errors(401, 403, 404)})
     def get(self, request, slug: str, kind: str):
         tenant, kind = self.tenant_and_kind(slug, kind)
         return Response(limit_payload(tenant, effective_limits(tenant)[kind]))
@@ -205,7 +191,7 @@ class TenantLimit(Access, APIView):
         responses={
             200: TENANT_LIMIT,
             201: TENANT_LIMIT,
-            **{s: OpenApiResponse(ERROR) for s in (400, 401, 403, 404, 413)},
+            **errors(400, 401, 403, 404, 413),
         },
     )
     def put(self, request, slug: str, kind: str):
@@ -224,7 +210,7 @@ class TenantLimit(Access, APIView):
         payload = limit_payload(tenant, effective_limits(tenant)[kind])
         return Response(payload, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @extend_schema(responses={204: None, **{s: OpenApiResponse(ERROR) for s in (401, 403, 404)}})
+    @extend_schema(responses={204: None, **errors(401, 403, 404)})
     def delete(self, request, slug: str, kind: str):
         tenant, kind = self.tenant_and_kind(slug, kind)
         if not actions.remove_override(tenant, kind):

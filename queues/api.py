@@ -18,13 +18,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import DatabaseError
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from redis.exceptions import RedisError
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ankusa_site.api import ERROR, Access
+from ankusa_site.api import Access, StrictSerializer, errors
 from queues.actions import overview
 from queues.fifo import NAME_PATTERN, ReliableFIFO, get_queue
 
@@ -61,9 +61,6 @@ class QueueView(Access, APIView):
         data = request.data
         if not isinstance(data, dict):
             raise exceptions.ValidationError({"body": ["Send a JSON object."]})
-        unknown = sorted(set(data) - set(serializer_class().fields))
-        if unknown:
-            raise exceptions.ValidationError({field: ["Unknown field."] for field in unknown})
         serializer = serializer_class(data=data)
         serializer.is_valid(raise_exception=True)
         return serializer.validated_data
@@ -80,14 +77,14 @@ def seconds(required: bool = False):
     return serializers.FloatField(required=required, min_value=0, max_value=MAX_SECONDS, allow_null=True)
 
 
-class RequeueFailedInput(serializers.Serializer):
+class RequeueFailedInput(StrictSerializer):
     max_fail_count = serializers.IntegerField(
         required=False, min_value=0, max_value=2**31 - 1, allow_null=True
     )
     delay_s = seconds()
 
 
-class RemoveFailedInput(serializers.Serializer):
+class RemoveFailedInput(StrictSerializer):
     older_than_s = seconds()
 
 
@@ -130,10 +127,6 @@ OVERVIEW = inline_serializer(
     },
 )
 BACKEND = OpenApiParameter("backend", enum=["database", "redis"], required=False)
-
-
-def errors(*statuses: int) -> dict:
-    return {status: OpenApiResponse(ERROR) for status in statuses}
 
 
 class QueueList(QueueView):

@@ -136,6 +136,28 @@ def test_the_attempt_history_is_cursor_paged_newest_first(world, call):
     assert [a["number"] for a in detail["latest_attempts"]] == list(range(41, 61))
 
 
+def test_a_commands_detail_reads_its_resent_copies_once_and_a_list_never_reads_payloads(world, call):
+    original = world.a.command
+    copies = [
+        Command.objects.create(
+            tenant=original.tenant, connector=original.connector, payload={}, resent_from=original
+        )
+        for _ in range(3)
+    ]
+    with CaptureQueriesContext(connection) as detail:
+        status, data = call("viewer", "GET", f"/api/v1/commands/{original.pk}/")
+    assert status == 200
+    assert data["resent_as"] == sorted(copy.pk for copy in copies)
+    assert len(data["links"]["resent_as"]) == 3
+    reads_copies = [
+        q for q in detail if '"resent_from_id" IN' in q["sql"] or '"resent_from_id" =' in q["sql"]
+    ]
+    assert len(reads_copies) == 1
+    with CaptureQueriesContext(connection) as listing:
+        assert call("viewer", "GET", "/api/v1/commands/")[0] == 200
+    assert not any('"payload"' in query["sql"] for query in listing)
+
+
 def count_queries(call, path: str) -> tuple[int, int]:
     with CaptureQueriesContext(connection) as queries:
         status, data = call("viewer", "GET", path)
