@@ -103,9 +103,9 @@ def redis_queue(name: str) -> ReliableFIFO | None:
     (it had items once) or one the settings send to Redis. Raises ``RedisError`` on an outage."""
     if not NAME_PATTERN.match(name):
         return None
-    from queues.backends.redis import known_queues as redis_queue_names
+    from queues.backends.redis import is_known_queue
 
-    if backend_for(name) == "redis" or name in redis_queue_names():
+    if backend_for(name) == "redis" or is_known_queue(name):
         return get_queue(name, backend="redis")
     return None
 

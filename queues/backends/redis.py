@@ -613,6 +613,12 @@ def known_queues(client=None) -> list[str]:
     return sorted(name.decode() for name in client.smembers(REGISTRY_KEY))
 
 
+def is_known_queue(name: str, client=None) -> bool:
+    """Whether queue ``name`` ever had an item enqueued on this Redis (one SISMEMBER)."""
+    client = client if client is not None else get_redis_connection("redis")
+    return bool(client.sismember(REGISTRY_KEY, name))
+
+
 def _tokens(items) -> dict[int, int | str]:
     """``{id: claim time in µs}`` in the given order, each item once; a bare id checks no claim."""
     tokens: dict[int, int | str] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from redis.crc import key_slot
 
-from queues.backends.redis import RedisFIFO, known_queues
+from queues.backends.redis import RedisFIFO, is_known_queue, known_queues
 
 
 def test_every_key_of_a_queue_shares_one_cluster_slot(django_redis):
@@ -18,6 +18,7 @@ def test_enqueue_registers_the_queue_name(django_redis):
     RedisFIFO("mail").enqueue("m")
     RedisFIFO("commands").enqueue("c")
     assert known_queues() == ["commands", "mail"]
+    assert is_known_queue("mail") and not is_known_queue("jobs")
 
 
 def test_the_busy_set_is_a_skiplist_from_the_first_claim(django_redis):
