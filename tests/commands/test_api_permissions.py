@@ -140,7 +140,7 @@ def test_a_tenant_filter_does_not_widen_a_tenant_tokens_view(world, call):
 def test_another_tenants_row_is_answered_exactly_like_a_missing_one(world, call):
     for kind, row in (("commands", world.a.command), ("connectors", world.a.connector),
                       ("sources", world.a.source), ("deliveries", world.a.delivery),
-                      ("commands", world.a.command), ("tenants", world.a.tenant)):  # fmt: skip
+                      ("tenants", world.a.tenant)):  # fmt: skip
         key = row.slug if kind == "tenants" else row.pk
         missing = "nobody" if kind == "tenants" else 999999
         theirs = call("tenant_b", "GET", f"/api/v1/{kind}/{key}/")
@@ -175,14 +175,11 @@ def test_a_staff_action_by_a_tenant_token_changes_nothing(world, call):
 
 def test_a_token_of_a_user_who_is_not_staff_is_refused(world):
     from django.contrib.auth import get_user_model
-    from rest_framework.test import APIClient
 
-    from limits.models import ApiToken
+    from tests.staff import api_client
 
     user = get_user_model().objects.create_user("plain")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(name='p', user=user)[1]}")
-    assert client.get("/api/v1/commands/").status_code == 403
+    assert api_client(user).get("/api/v1/commands/").status_code == 403
 
 
 def test_staff_may_use_their_session(world):
