@@ -33,7 +33,7 @@ from django.db.models import QuerySet
 from ankusa_site.health import redis_in_use
 from ankusa_site.logs import log_event
 from queues.backends.database import DatabaseFIFO
-from queues.fifo import NAME_PATTERN, Item, Kind, ReliableFIFO, backend_for, get_queue
+from queues.fifo import NAME_PATTERN, Kind, ReliableFIFO, backend_for, get_queue
 from queues.models import QueueItem
 
 logger = logging.getLogger("ankusa.queues")
@@ -108,11 +108,6 @@ def redis_queue(name: str) -> ReliableFIFO | None:
     if backend_for(name) == "redis" or is_known_queue(name):
         return get_queue(name, backend="redis")
     return None
-
-
-def sub_queue(queue: ReliableFIFO, kind: Kind, n: int = 100) -> tuple[int, list[Item]]:
-    """The length of a sub-queue and its first ``n`` items (the admin's page)."""
-    return queue.length(kind), queue.peek(kind, n)
 
 
 def requeue_chosen(queue: ReliableFIFO, ids: list[int]) -> int:

@@ -187,7 +187,7 @@ class QueueItemAdmin(ModelAdmin):
                 raise Http404(f"No Redis queue is called {name!r}.")
             if request.method == "POST":
                 return self._redis_operation(request, queue, kind, page, context)
-            length, items = actions.sub_queue(queue, kind, REDIS_PAGE_ITEMS)
+            length, items = queue.length(kind), queue.peek(kind, REDIS_PAGE_ITEMS)
         except RedisError as exc:  # an outage is a message on the page, never a 500
             context["error"] = f"Redis: {type(exc).__name__}: {exc}"
             return TemplateResponse(request, "admin/queues/redis_items.html", context)

@@ -167,13 +167,12 @@ local function held(spec)
 end
 """,
     "chosen": """
--- The distinct ids of ARGV[from..], in id order, with their busy scores and records (false when
+-- The distinct ids of ARGV, in id order, with their busy scores and records (false when
 -- not busy / gone). The sub-queue of a live item: busy when scored, failed when its record has a
 -- failure time (set on the way to failed, cleared on the way back), else main.
-local function chosen(from)
+local function chosen()
   local seen, ids = {}, {}
-  for i = from, #ARGV do
-    local id = ARGV[i]
+  for _, id in ipairs(ARGV) do
     if not seen[id] then
       seen[id] = true
       ids[#ids + 1] = id
@@ -373,7 +372,7 @@ return out
 
 # ARGV: id...  ->  how many busy or failed items went to the tail of main (in id order)
 REQUEUE_IDS = """
-local ids, scores, records = chosen(1)
+local ids, scores, records = chosen()
 local moved, unfailed = {}, {}
 for i, id in ipairs(ids) do
   local record = records[i]
@@ -398,7 +397,7 @@ return #moved
 
 # ARGV: id...  ->  how many items were deleted, whatever their sub-queue
 DROP_IDS = """
-local ids, scores, records = chosen(1)
+local ids, scores, records = chosen()
 local gone, busy, unfailed, waiting = {}, {}, {}, 0
 for i, id in ipairs(ids) do
   local record = records[i]
