@@ -7,6 +7,7 @@ from django.contrib.auth.models import Group, User
 from django.urls import reverse
 
 from queues.backends.redis import RedisFIFO
+from tests.staff import staff_user
 
 
 def page(name: str = "mail", kind: str | None = None) -> str:
@@ -21,9 +22,7 @@ def staff(admin_client):
 
 @pytest.fixture
 def viewer(client, db):
-    user = User.objects.create_user("viewer", "viewer@example.com", "pw", is_staff=True)
-    user.groups.add(Group.objects.get(name="viewer"))
-    client.force_login(user)
+    client.force_login(staff_user("viewer"))
     return client
 
 
