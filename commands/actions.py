@@ -170,8 +170,12 @@ class Plan:
         }
 
 
-def plan(action: str, queryset, *, override: bool = False) -> Plan:
-    """The dry run of ``action`` on ``queryset`` (one query; nothing written)."""
+def plan(action: str, queryset, *, override: bool = False, user=None) -> Plan:
+    """The dry run of ``action`` on ``queryset`` (one query; nothing written). With ``user``, only
+    if that user may run it (a plan tells what the caller may do, not what others may)."""
+    override = override and action == "resend"  # only a resend has guards to override
+    if user is not None:
+        check_permission(user, action, override=override)
     counts = _classify(action, queryset)
     result = Plan(action, total=sum(counts.values()), will=counts.pop(WILL, 0))
     for category, n in counts.items():

@@ -71,6 +71,15 @@ def test_the_dry_run_breaks_a_resend_down_by_eligibility_and_writes_nothing(fail
     assert not AuditEntry.objects.exists()
 
 
+def test_a_plan_for_a_user_needs_that_users_permission_override_included(failed, staff):
+    everything = Command.objects.all()
+    with pytest.raises(PermissionDenied):
+        actions.plan("resend", everything, override=True, user=staff("operator"))
+    assert actions.plan("resend", everything, user=staff("operator", "op2")).will == 2
+    with_override = actions.plan("resend", everything, override=True, user=staff("admin"))
+    assert with_override.will == 4
+
+
 def test_a_resend_without_override_marks_only_what_the_machine_could_retry_and_audits_it(failed, staff):
     operator = staff("operator")
     done = actions.perform("resend", Command.objects.all(), user=operator, via="admin", now=T0)
