@@ -7,15 +7,19 @@ site without Redis never waits on it), and every name the settings route to a ba
 
 Acting on chosen items of any backend: ``requeue_chosen`` / ``drop_chosen`` call the queue's
 ``requeue_ids`` / ``drop_ids``, one atomic step, and log one line (the admin's page of a Redis
-queue calls them; the database list's ``requeue_items`` / ``drop_items`` call them per queue). Acting on every
-item of a sub-queue (``requeue_sub_queue`` / ``drop_sub_queue``) means what ticking each of them
-would mean: failed uses the queue's own ``requeue_failed`` / ``remove_failed``; busy and main are
-walked ``peek`` by ``peek``, ``BATCH`` ids per step, up to the length seen at the start (and, in
-busy, only claims made before the start), so items arriving meanwhile are left alone and no step
-holds Redis or a transaction for long. Not ``handle_expired(timedelta(0))``: that counts towards the
-requeue limit and into the recovery metric, and this is neither. Cost: O(sub-queue) in steps of
+queue calls them; the database list's ``requeue_items`` / ``drop_items`` call them per queue).
+Acting on every item of a sub-queue (``requeue_sub_queue`` / ``drop_sub_queue``) means what ticking
+each of them would mean: failed uses the queue's own ``requeue_failed`` / ``remove_failed``; busy
+and main are walked ``peek`` by ``peek`` from the head, ``BATCH`` ids per step, up to the length
+seen at the start and stopping at the first item that entered since the start (busy: claimed
+since; main: enqueued since), so items arriving meanwhile are left alone and no step holds Redis
+or a transaction for long. Not ``handle_expired(timedelta(0))``: that counts towards the requeue
+limit and into the recovery metric, and this is neither. Cost: O(sub-queue) in steps of
 ``BATCH``; a worker holding a busy item loses it (its ``done`` becomes a no-op), and an item
-claimed between a step's peek and its drop is dropped from busy.
+claimed between a step's peek and its drop is dropped from busy. The walk stops by time, not by
+position: an item requeued to the tail of main meanwhile keeps its first enqueue time, so it may
+be reached when consumers claim items under the walk; an item enqueued meanwhile on a node whose
+clock runs behind counts as there at the start.
 
 What it does NOT do: show a queue that exists only in a Redis this site is not configured to use,
 or stop a Redis outage from being an error line in the overview (never a failed page).
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime
+from itertools import takewhile
 from typing import Any
 
 from django.conf import settings
@@ -33,7 +39,7 @@ from django.db.models import QuerySet
 from ankusa_site.health import redis_in_use
 from ankusa_site.logs import log_event
 from queues.backends.database import DatabaseFIFO
-from queues.fifo import NAME_PATTERN, Kind, ReliableFIFO, backend_for, get_queue
+from queues.fifo import NAME_PATTERN, Item, Kind, ReliableFIFO, backend_for, get_queue
 from queues.models import QueueItem
 
 logger = logging.getLogger("ankusa.queues")
@@ -162,16 +168,23 @@ def drop_sub_queue(queue: ReliableFIFO, kind: Kind) -> int:
 
 
 def _step_through(queue: ReliableFIFO, kind: Kind, act) -> int:
-    """``act(ids)`` on the items of a sub-queue, ``BATCH`` at a time, up to the length seen now."""
+    """``act(ids)`` on the items of busy or main, ``BATCH`` at a time, from the head: at most the
+    length seen now, and never past the first item that entered the sub-queue since now (busy: a
+    claim made since; main: an item enqueued since, as new items join its tail)."""
     started = queue.clock()
     remaining = queue.length(kind)
     total = 0
     while remaining > 0:
-        items = queue.peek(kind, min(BATCH, remaining))
-        if kind == "busy":  # busy is in claim order: stop at the first claim made since we started
-            items = [item for item in items if item.claimed_at is not None and item.claimed_at <= started]
+        peeked = queue.peek(kind, min(BATCH, remaining))
+        items = list(takewhile(lambda item: _entered_by(item, kind, started), peeked))
         if not items:
             break
         total += act([item.id for item in items])
         remaining -= len(items)
     return total
+
+
+def _entered_by(item: Item, kind: Kind, moment: datetime) -> bool:
+    """Whether the item was in sub-queue ``kind`` by ``moment``."""
+    since = item.since(kind)
+    return since is not None and since <= moment

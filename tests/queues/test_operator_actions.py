@@ -33,6 +33,30 @@ def test_drop_sub_queue_of_main_steps_through_more_than_one_batch(queue, monkeyp
     } in events(queue_log)
 
 
+def test_drop_sub_queue_of_main_leaves_items_enqueued_after_it_started(queue, make_queue, clock, monkeypatch):
+    """While the walk runs, a consumer claims two of the items it set out to drop and a producer
+    enqueues two more: the walk stops at the first item enqueued since it started."""
+    monkeypatch.setattr(actions, "BATCH", 2)
+    queue.enqueue(*range(6))
+    ahead = FakeClock(clock.now)
+    ahead.advance(seconds=1)
+    others = make_queue(clock=ahead)
+    drop_ids, steps = queue.drop_ids, []
+
+    def drop_while_others_work(ids):
+        dropped = drop_ids(ids)
+        if not steps:
+            others.claim(2)
+            others.enqueue("new", "newer")
+        steps.append(ids)
+        return dropped
+
+    monkeypatch.setattr(queue, "drop_ids", drop_while_others_work)
+    assert actions.drop_sub_queue(queue, "main") == 4
+    assert [item.payload for item in queue.peek("main", 5)] == ["new", "newer"]
+    assert [item.payload for item in queue.peek("busy", 5)] == [2, 3]
+
+
 def test_requeue_sub_queue_of_busy_leaves_claims_made_after_it_started(queue, make_queue, clock, monkeypatch):
     monkeypatch.setattr(actions, "BATCH", 2)
     queue.enqueue(*range(6))
