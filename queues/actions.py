@@ -9,7 +9,8 @@ Acting on chosen items of any backend: ``requeue_chosen`` / ``drop_chosen`` call
 ``requeue_ids`` / ``drop_ids``, one atomic step, and log one line (the admin's page of a Redis
 queue calls them; the database list's ``requeue_items`` / ``drop_items`` call them per queue).
 Acting on every item of a sub-queue (``requeue_sub_queue`` / ``drop_sub_queue``) means what ticking
-each of them would mean: failed uses the queue's own ``requeue_failed`` / ``remove_failed``; busy
+each of them would mean: failed uses the queue's own ``requeue_failed`` / ``remove_failed`` on what
+failed by the start (``delay`` / ``older_than`` of zero); busy
 and main are walked ``peek`` by ``peek`` from the head, ``BATCH`` ids per step, up to the length
 seen at the start and stopping at the first item that entered since the start (busy: claimed
 since; main: enqueued since), so items arriving meanwhile are left alone and no step holds Redis
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import takewhile
 from typing import Any
 
@@ -139,7 +140,7 @@ def requeue_sub_queue(queue: ReliableFIFO, kind: Kind) -> int:
     if kind == "main":
         raise ValueError("Items in main are waiting already: there is nothing to requeue.")
     if kind == "failed":
-        moved = queue.requeue_failed()
+        moved = queue.requeue_failed(delay=timedelta(0))  # what failed by now, not while it runs
     else:
         moved = _step_through(queue, kind, queue.requeue_ids)
     log_event(
@@ -155,7 +156,10 @@ def requeue_sub_queue(queue: ReliableFIFO, kind: Kind) -> int:
 
 def drop_sub_queue(queue: ReliableFIFO, kind: Kind) -> int:
     """Delete every item of one sub-queue of a queue."""
-    dropped = queue.remove_failed() if kind == "failed" else _step_through(queue, kind, queue.drop_ids)
+    if kind == "failed":
+        dropped = queue.remove_failed(older_than=timedelta(0))  # what failed by now, not while it runs
+    else:
+        dropped = _step_through(queue, kind, queue.drop_ids)
     log_event(
         logger,
         "queue_sub_queue_dropped_by_operator",

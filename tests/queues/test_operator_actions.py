@@ -81,6 +81,18 @@ def test_requeue_and_drop_of_failed_use_the_whole_failed_list(queue):
     assert [item.payload for item in queue.peek("main", 5)] == ["c"]
 
 
+@pytest.mark.parametrize("act", [actions.requeue_sub_queue, actions.drop_sub_queue])
+def test_requeue_and_drop_of_failed_leave_items_that_failed_after_they_started(queue, make_queue, clock, act):
+    queue.enqueue("early", "late")
+    early, late = queue.claim(2)
+    queue.fail(early, "boom")
+    ahead = FakeClock(clock.now)
+    ahead.advance(seconds=1)
+    make_queue(clock=ahead).fail(late, "boom")  # failed "after" the operator's action starts
+    assert act(queue, "failed") == 1
+    assert [item.payload for item in queue.peek("failed", 5)] == ["late"]
+
+
 def test_requeue_of_main_is_refused(queue):
     with pytest.raises(ValueError, match="waiting already"):
         actions.requeue_sub_queue(queue, "main")
