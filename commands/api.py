@@ -187,6 +187,14 @@ class ConnectorSerializer(Owned):
         return attrs
 
 
+def readable_schema(serializer, detail):
+    """The answers of a read-only viewset: a list of ``serializer``, one row as ``detail``."""
+    return extend_schema_view(
+        list=extend_schema(responses={200: serializer(many=True), **READ_ERRORS}),
+        retrieve=extend_schema(responses={200: detail, **READ_ERRORS}),
+    )
+
+
 def editable_schema(serializer):
     """The answers of a read-write viewset over ``serializer``'s model, for the OpenAPI schema."""
     return extend_schema_view(
@@ -530,10 +538,7 @@ def _action_permissions() -> dict[str, tuple[str, ...]]:
 DETAIL_ACTIONS = ("retrieve", "new_command")
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: CommandSerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: CommandDetailSerializer, **READ_ERRORS}),
-)
+@readable_schema(CommandSerializer, CommandDetailSerializer)
 class CommandViewSet(Scoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     pagination_class = NewestFirst
     filterset_class = CommandFilter
@@ -699,10 +704,7 @@ class DeliveryCursor(NewestFirst):
     page_size = 20  # a body is up to a megabyte; the list leaves it out, but stays short anyway
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: DeliverySerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: DeliveryDetailSerializer, **READ_ERRORS}),
-)
+@readable_schema(DeliverySerializer, DeliveryDetailSerializer)
 class DeliveryViewSet(Scoped, viewsets.ReadOnlyModelViewSet):
     pagination_class = DeliveryCursor
     filterset_class = DeliveryFilter
@@ -752,10 +754,7 @@ class AuditFilter(django_filters.FilterSet):
         fields = ["action", "via", "command"]
 
 
-@extend_schema_view(
-    list=extend_schema(responses={200: AuditEntrySerializer(many=True), **READ_ERRORS}),
-    retrieve=extend_schema(responses={200: AuditEntryDetailSerializer, **READ_ERRORS}),
-)
+@readable_schema(AuditEntrySerializer, AuditEntryDetailSerializer)
 class AuditEntryViewSet(IdLookup, viewsets.ReadOnlyModelViewSet):
     """Staff only: an audit row names users and spans tenants, so tenant tokens get a 403."""
 
