@@ -88,7 +88,7 @@ COMMAND_ANSWER = inline_serializer(
 )
 
 
-def summary(command: Command, status: str) -> dict:
+def summary(command: Command | intake.Stored, status: str) -> dict:
     return {
         "status": status,
         "id": command.pk,

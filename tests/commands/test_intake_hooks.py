@@ -81,6 +81,25 @@ def test_a_command_born_at_intake_is_exactly_what_the_sweep_makes_of_an_approved
     assert {"command": swept.pk, "attempt": 1} in queued_payloads()
 
 
+def test_every_column_intake_does_not_set_holds_the_models_own_default(hook_source, post_hook):
+    with time_machine.travel(NOW, tick=False):
+        post_hook(b'{"order": "A-1"}', "evt-1")
+    set_by_intake = {"tenant_id", "connector_id", "source_id", "delivery_id", "idempotency_key", "payload"}
+    set_by_intake |= {"state", "state_changed_at", "next_attempt_at", "skip_reason", "skip_decided_at"}
+    set_by_intake |= {"created_at"}
+    fresh = Command()
+    for stored in Command.objects.all():
+        assert {
+            f.attname: getattr(stored, f.attname)
+            for f in Command._meta.concrete_fields
+            if not f.primary_key and f.attname not in set_by_intake
+        } == {
+            f.attname: getattr(fresh, f.attname)
+            for f in Command._meta.concrete_fields
+            if not f.primary_key and f.attname not in set_by_intake
+        }
+
+
 def test_a_source_that_needs_approval_stores_drafts_and_queues_nothing(hook_source, post_hook):
     Source.objects.filter(pk=hook_source.pk).update(needs_approval=True)
     assert post_hook().status_code == 202
