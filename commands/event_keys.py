@@ -21,6 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from commands.headers import Headers
+
 MAX_KEY_BYTES = 200
 
 PRESETS = {
@@ -93,7 +95,9 @@ def _walk(document: Any, path: str) -> Any:
     return node
 
 
-def extract(location: str, headers: Mapping[str, str], body: bytes, parsed: Any = _NOT_PARSED) -> str | None:
+def extract(
+    location: str, headers: Mapping[str, str] | Headers, body: bytes, parsed: Any = _NOT_PARSED
+) -> str | None:
     """The event key of one request, or None when the request carries none.
 
     ``parsed`` is the already-decoded JSON body, when the caller has it (no second parse).
@@ -105,8 +109,7 @@ def extract(location: str, headers: Mapping[str, str], body: bytes, parsed: Any 
         return None
     kind, detail = resolved
     if kind == "header":
-        wanted = detail.lower()
-        value = next((str(v).strip() for k, v in headers.items() if str(k).lower() == wanted), "")
+        value = Headers.of(headers).stripped(detail)
         return normalise(value) if value else None
     if parsed is _NOT_PARSED:
         try:

@@ -36,6 +36,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ankusa_site.logs import log_event
 from commands import event_keys, intake, signatures
+from commands.headers import Headers
 from commands.models import KEPT_HEADERS, MAX_KEPT_HEADER_CHARS, Connector, Source
 from limits.models import LimitOverride, slug_validator
 from limits.quotas import max_body_bytes
@@ -65,7 +66,8 @@ def receive(request, tenant: str, source: str):
         # Checked when the source is saved; only a row written behind the admin's back gets here.
         detail = "The source's signature verifier is misconfigured; staff must fix it."
         return _refused(found, intake.Refusal(503, "source_misconfigured", detail, {"Retry-After": "60"}))
-    problem = route.verifier.verify(request.headers, body, now.timestamp())
+    headers = Headers.from_environ(request.META)
+    problem = route.verifier.verify(headers, body, now.timestamp())
     if problem:
         return _refused(found, intake.Refusal(401, "bad_signature", f"Signature refused: {problem}."))
 
@@ -75,7 +77,7 @@ def receive(request, tenant: str, source: str):
     payload, text = parsed
     key = None
     if found.dedupe_key:
-        key = event_keys.extract(found.dedupe_key, request.headers, body, parsed=payload)
+        key = event_keys.extract(found.dedupe_key, headers, body, parsed=payload)
         if key is None:
             refusal = intake.Refusal(400, "missing_event_key", f"No event id at {found.dedupe_key}.")
             return _refused(found, refusal)
@@ -87,7 +89,7 @@ def receive(request, tenant: str, source: str):
         size=len(body),
         dedupe_key=key,
         source=found,
-        headers=kept_headers(request.headers, found.dedupe_key),
+        headers=kept_headers(headers, found.dedupe_key),
         body=text,
     )
     outcome = intake.submit(arrival, now=now)
@@ -155,7 +157,7 @@ def forget_routes() -> None:
     _routes.clear()
 
 
-def kept_headers(headers, dedupe_key: str) -> dict[str, str]:
+def kept_headers(headers: Headers, dedupe_key: str) -> dict[str, str]:
     """The headers a delivery keeps (``KEPT_HEADERS`` and the one the event key comes from)."""
     names = list(KEPT_HEADERS)
     resolved = event_keys.resolve(dedupe_key)

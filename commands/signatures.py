@@ -32,6 +32,8 @@ import hmac
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from commands.headers import Headers
+
 # The providers' own default: Stripe's and Standard Webhooks' libraries both use 300 s.
 DEFAULT_TOLERANCE_S = 300
 
@@ -46,17 +48,6 @@ class VerifierConfigError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-
-
-class _Headers:
-    """Case-insensitive view of request headers (HTTP header names are case-insensitive)."""
-
-    def __init__(self, headers: Mapping[str, str]):
-        self._lower = {str(k).lower(): v for k, v in headers.items()}
-
-    def get(self, name: str) -> str | None:
-        value = self._lower.get(name.lower())
-        return None if value is None else str(value).strip()
 
 
 def _mac(algorithm: str, secret: bytes, message: bytes) -> bytes:
@@ -188,7 +179,7 @@ class HmacHeaderVerifier(Verifier):
 
     def verify(self, headers, body, now):
         header = self._setting("header")
-        value = _Headers(headers).get(header)
+        value = Headers.of(headers).stripped(header)
         if not value:
             return f"missing {header} header"
         prefix = self._setting("prefix")
@@ -231,7 +222,7 @@ class StripeVerifier(Verifier):
         self._check_tolerance()
 
     def verify(self, headers, body, now):
-        value = _Headers(headers).get("Stripe-Signature")
+        value = Headers.of(headers).stripped("Stripe-Signature")
         if not value:
             return "missing Stripe-Signature header"
         stamp_raw, given = None, []
@@ -278,14 +269,14 @@ class StandardWebhooksVerifier(Verifier):
         return _decode(secret.removeprefix("whsec_"), "base64")
 
     def verify(self, headers, body, now):
-        view = _Headers(headers)
-        message_id = view.get(f"{self.prefix}-id")
+        view = Headers.of(headers)
+        message_id = view.stripped(f"{self.prefix}-id")
         if not message_id:
             return f"missing {self.prefix}-id header"
-        stamp, problem = _timestamp(view.get(f"{self.prefix}-timestamp"), now, self.tolerance_s)
+        stamp, problem = _timestamp(view.stripped(f"{self.prefix}-timestamp"), now, self.tolerance_s)
         if problem:
             return problem
-        signature = view.get(f"{self.prefix}-signature")
+        signature = view.stripped(f"{self.prefix}-signature")
         if not signature:
             return f"missing {self.prefix}-signature header"
         given = []

@@ -4,6 +4,7 @@ import hmac
 
 import pytest
 
+from commands.headers import Headers
 from commands.signatures import VERIFIERS, VerifierConfigError, build_verifier
 
 NOW = 1_790_000_000.0
@@ -60,6 +61,25 @@ def test_header_names_are_case_insensitive():
     verifier = build_verifier("github", ["s3cret"])
     headers = {k.lower(): v for k, v in verifier.sign(BODY, NOW).items()}
     assert verifier.verify(headers, BODY, NOW) is None
+
+
+def test_headers_read_from_a_wsgi_environ_are_found_by_any_case_and_verified_as_sent():
+    body = b'{"a": 1}'
+    signature = build_verifier("github", ["s3cret"]).sign(body, 0)["X-Hub-Signature-256"]
+    environ = {
+        "HTTP_X_HUB_SIGNATURE_256": f" {signature} ",
+        "HTTP_X_GITHUB_DELIVERY": "evt-1",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": "8",
+        "PATH_INFO": "/hooks/acme/orders/",
+        "wsgi.input": object(),
+    }
+    headers = Headers.from_environ(environ)
+    assert headers.get("X-GitHub-Delivery") == headers.get("x-github-delivery") == "evt-1"
+    assert headers.stripped("X-HUB-SIGNATURE-256") == signature
+    assert (headers.get("Content-Type"), headers.get("content-length")) == ("application/json", "8")
+    assert headers.get("Path-Info") is None and headers.stripped("X-Missing") is None
+    assert build_verifier("github", ["s3cret"]).verify(headers, body, 0) is None
 
 
 def test_github_signature_is_the_documented_hmac_sha256_hex():
