@@ -16,15 +16,18 @@ Every refusal is JSON ``{"error", "detail"}``; one log line per request (``ankus
 A plain Django view rather than DRF: this is the hot path, and it needs none of DRF's parsing.
 
 Each process keeps what it read about a source — its verifier, connectors, tenant and the tenant's
-active limit overrides — for ``ANKUSA_INTAKE_CACHE_S`` (1 s): under load that takes three of the
-queries off every webhook. Not guaranteed: an edit (a rotated secret, a new connector, a changed
-limit, a deactivated tenant) reaches a node up to that long after it was saved.
+effective limits — for ``ANKUSA_INTAKE_CACHE_S`` (1 s): under load that takes three of the
+queries off every webhook. When it expires, one thread reads it again while the process's other
+threads go on with what they have. Not guaranteed: an edit (a rotated secret, a new connector, a
+changed limit, a deactivated tenant) reaches a node up to that long after it was saved, plus the
+time of one read. ``ANKUSA_INTAKE_CACHE_S=0`` keeps nothing: every webhook reads its source.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass
 
@@ -39,7 +42,7 @@ from commands import event_keys, intake, signatures
 from commands.headers import Headers
 from commands.models import KEPT_HEADERS, MAX_KEPT_HEADER_CHARS, Connector, Source
 from limits.models import LimitOverride, slug_validator
-from limits.quotas import max_body_bytes
+from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
 
 logger = logging.getLogger("ankusa.intake")
 SLUG = re.compile(slug_validator.regex.pattern)
@@ -91,6 +94,7 @@ def receive(request, tenant: str, source: str):
         source=found,
         headers=kept_headers(headers, found.dedupe_key),
         body=text,
+        limits=route.limits,
     )
     outcome = intake.submit(arrival, now=now)
     refusal = intake.refusal(outcome)
@@ -107,10 +111,12 @@ def receive(request, tenant: str, source: str):
 @dataclass(frozen=True)
 class Route:
     """What a webhook to one source needs to know, read together and kept ``ANKUSA_INTAKE_CACHE_S``:
-    the source with its tenant (and the tenant's active limit overrides), its connectors as
-    ``(id, idempotent)``, and its verifier (None: the stored configuration is invalid)."""
+    the source with its tenant, the tenant's effective limits (its active overrides included), the
+    connectors as ``(id, idempotent)``, and its verifier (None: the stored configuration is
+    invalid)."""
 
     source: Source
+    limits: dict[str, EffectiveLimit]
     connectors: list[tuple[int, bool]]
     verifier: signatures.Verifier | None
     read_at: float
@@ -120,13 +126,30 @@ class Route:
 # costs a query each, not memory), and the whole map is dropped past MAX_ROUTES.
 _routes: dict[tuple[str, str], Route] = {}
 MAX_ROUTES = 10_000
+# Held by the one thread of a process that reads an expired route again; the others go on with
+# the route they have until it is done, instead of all reading it at once every time it expires.
+_rereading = threading.Lock()
 
 
 def find_route(tenant: str, source: str, now) -> Route | None:
     key = (tenant, source)
     route = _routes.get(key)
-    if route is not None and time.monotonic() - route.read_at < settings.ANKUSA_INTAKE_CACHE_S:
+    if route is None:
+        return _read_route(key, now)
+    if time.monotonic() - route.read_at < settings.ANKUSA_INTAKE_CACHE_S:
         return route
+    if settings.ANKUSA_INTAKE_CACHE_S <= 0:  # nothing is kept
+        return _read_route(key, now)
+    if not _rereading.acquire(blocking=False):
+        return route
+    try:
+        return _read_route(key, now)
+    finally:
+        _rereading.release()
+
+
+def _read_route(key: tuple[str, str], now) -> Route | None:
+    tenant, source = key
     found = (
         Source.objects.select_related("tenant")
         .prefetch_related(
@@ -145,7 +168,13 @@ def find_route(tenant: str, source: str, now) -> Route | None:
         verifier = found.build_verifier()
     except signatures.VerifierConfigError:
         verifier = None
-    route = Route(found, [(c.pk, c.idempotent) for c in found.connectors.all()], verifier, time.monotonic())
+    route = Route(
+        found,
+        effective_limits(found.tenant, now),
+        [(c.pk, c.idempotent) for c in found.connectors.all()],
+        verifier,
+        time.monotonic(),
+    )
     if len(_routes) >= MAX_ROUTES:
         _routes.clear()
     _routes[key] = route

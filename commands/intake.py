@@ -64,6 +64,7 @@ from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
 from limits import admission
 from limits.models import Tenant
+from limits.quotas import EffectiveLimit
 from limits.store import Duplicate, Exceeds, Ok, Pending, RateLimited, Store
 
 logger = logging.getLogger("ankusa.intake")
@@ -81,6 +82,7 @@ class Arrival:
     ``connectors``: ``(id, idempotent)`` of each connector to make a command for. ``dedupe_key``:
     the event key (webhooks) or ``Idempotency-Key`` (REST), already normalised; None: no dedupe.
     ``source``/``headers``/``body``: a webhook's (a delivery is stored); None for REST.
+    ``limits``: the tenant's effective limits when the caller keeps them (None: read them).
     """
 
     tenant: Tenant
@@ -91,6 +93,7 @@ class Arrival:
     source: Source | None = None
     headers: dict[str, str] = field(default_factory=dict)
     body: str | None = None
+    limits: dict[str, EffectiveLimit] | None = None
 
     @property
     def is_webhook(self) -> bool:
@@ -171,7 +174,9 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
     claim = None
     if arrival.dedupe_key is not None:
         claim = admission.new_claim(arrival.tenant, arrival.claim_scope, arrival.dedupe_key, UNKNOWN_ID)
-    decision = admission.admit(arrival.tenant, arrival.size, claim, store=store, now=now)
+    decision = admission.admit(
+        arrival.tenant, arrival.size, claim, store=store, now=now, limits=arrival.limits
+    )
     headers = decision.headers()
     match decision.result:
         case RateLimited(retry_after_ms=ms):

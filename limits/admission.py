@@ -37,7 +37,7 @@ from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from limits.gcra import Limit
 from limits.models import Tenant
-from limits.quotas import effective_limits, max_body_bytes
+from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
 from limits.store import Charge, Claim, Error, Exceeds, Ok, RateLimited, Result, Store, get_store
 
 logger = logging.getLogger("ankusa.limits")
@@ -100,21 +100,28 @@ def new_claim(
 
 
 def charges_for(
-    tenant: Tenant, body_bytes: int, now: datetime | None = None
+    tenant: Tenant,
+    body_bytes: int,
+    now: datetime | None = None,
+    *,
+    limits: dict[str, EffectiveLimit] | None = None,
 ) -> tuple[list[Charge], list[Limit]] | Exceeds:
-    """The charges of one request (and their limits), or ``Exceeds`` when it can never pass."""
+    """The charges of one request (and their limits), or ``Exceeds`` when it can never pass.
+
+    ``limits``: the tenant's ``effective_limits`` when the caller read them already (the intake
+    keeps them with a source's configuration)."""
     if body_bytes > max_body_bytes(tenant):
         return Exceeds("max_body_bytes")
-    charges, limits = [], []
-    for kind, effective in effective_limits(tenant, now).items():
+    charges, kept = [], []
+    for kind, effective in (limits if limits is not None else effective_limits(tenant, now)).items():
         units = 1 if kind == "hooks" else body_bytes
         if effective.limit is None or units == 0:
             continue
         if units > effective.limit.burst:
             return Exceeds(kind)
         charges.append(Charge(kind, tenant.slug, effective.limit.cost_us(units), effective.limit.capacity_us))
-        limits.append(effective.limit)
-    return charges, limits
+        kept.append(effective.limit)
+    return charges, kept
 
 
 def admit(
@@ -124,9 +131,10 @@ def admit(
     *,
     store: Store | None = None,
     now: datetime | None = None,
+    limits: dict[str, EffectiveLimit] | None = None,
 ) -> Admission:
     """Charge the tenant for one request of ``body_bytes`` and take ``claim``, in one store call."""
-    built = charges_for(tenant, body_bytes, now)
+    built = charges_for(tenant, body_bytes, now, limits=limits)
     if isinstance(built, Exceeds):
         return Admission(built)
     charges, limits = built

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from datetime import UTC, datetime, timedelta
@@ -10,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 from django.db import connection
+from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from commands import dispatch
+from commands import dispatch, hooks
 from commands.models import Command, Delivery, Source
 from commands.states import State
 from limits import admission
@@ -478,6 +480,30 @@ def test_a_source_edit_reaches_the_node_once_its_kept_configuration_is_older_tha
     settings.ANKUSA_INTAKE_CACHE_S = 0
     assert post_hook(delivery="evt-3").status_code == 401
     assert post_hook(delivery="evt-3", secret="rotated").status_code == 202
+
+
+def test_an_expired_source_is_read_again_by_one_thread_while_the_others_go_on_with_the_kept_one(
+    hook_source, settings, django_assert_num_queries
+):
+    settings.ANKUSA_INTAKE_CACHE_S = 1
+    now = timezone.now()
+    kept = hooks.find_route("acme", "orders", now)
+    expired = dataclasses.replace(kept, read_at=kept.read_at - 2)
+    hooks._routes["acme", "orders"] = expired
+    with hooks._rereading, django_assert_num_queries(0):  # another thread is reading it again
+        assert hooks.find_route("acme", "orders", now) is expired
+    with django_assert_num_queries(3):  # the source with its tenant, its overrides, its connectors
+        again = hooks.find_route("acme", "orders", now)
+    assert again is not expired and again.read_at > kept.read_at
+    assert hooks.find_route("acme", "orders", now) is again
+
+
+def test_with_no_cache_time_every_webhook_reads_its_source(hook_source, settings, django_assert_num_queries):
+    settings.ANKUSA_INTAKE_CACHE_S = 0
+    now = timezone.now()
+    hooks.find_route("acme", "orders", now)
+    with hooks._rereading, django_assert_num_queries(3):
+        hooks.find_route("acme", "orders", now)
 
 
 def test_a_host_the_site_does_not_serve_is_a_400_json(hook_source, post_hook):
