@@ -341,13 +341,6 @@ def _one_statement(webhook: bool, enqueue: str) -> str:
     )
 
 
-def _isoformat(value):
-    """``json.dumps``' ``default``: the rows' datetimes, as PostgreSQL reads them."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 @functools.cache
 def _defaults(model) -> tuple[dict, list, dict]:
     """What a new row of ``model`` holds unless told otherwise: the constant defaults by column,
@@ -356,21 +349,26 @@ def _defaults(model) -> tuple[dict, list, dict]:
     (measured: about a tenth of a webhook's CPU)."""
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     computed = [f for f in fields if f.has_default() and callable(f.default)]
-    constant = {f.column: f.get_default() for f in fields if f not in computed}
+    constant = {f.column: _json_value(f.get_default()) for f in fields if f not in computed}
     return constant, computed, {f.attname: f.column for f in fields}
 
 
 def _json_row(model, values: dict) -> dict:
     """A new row of ``model`` for ``jsonb_populate_record``: ``values`` (by attribute name) over
-    the fields' defaults. Dump it with ``default=_isoformat``."""
+    the fields' defaults, datetimes as PostgreSQL reads them. (Converted here rather than by a
+    ``default`` hook of ``json.dumps``, which makes it build an encoder per call: 13 µs a row.)"""
     constant, computed, columns = _defaults(model)
     row = dict(constant)
     for f in computed:
         if f.attname not in values:
-            row[f.column] = f.get_default()
+            row[f.column] = _json_value(f.get_default())
     for attname, value in values.items():
-        row[columns[attname]] = value
+        row[columns[attname]] = _json_value(value)
     return row
+
+
+def _json_value(value):
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _store_in_one_statement(arrival: Arrival, born, now, queue, committed) -> tuple[int, list[Stored]]:
@@ -393,8 +391,8 @@ def _store_in_one_statement(arrival: Arrival, born, now, queue, committed) -> tu
     params = []
     if arrival.is_webhook:  # in the statement's order: the delivery's body and row, the payload
         delivery_row = _json_row(Delivery, _delivery_values(arrival, now))
-        params += [arrival.body, json.dumps(delivery_row, default=_isoformat), arrival.body]
-    params += [json.dumps(command_rows, default=_isoformat), *enqueue_params, State.QUEUED.value]
+        params += [arrival.body, json.dumps(delivery_row), arrival.body]
+    params += [json.dumps(command_rows), *enqueue_params, State.QUEUED.value]
     # Outside a transaction the statement commits by itself: one round trip, no BEGIN or COMMIT.
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         rows, _ = execute_prepared(connection, sql, params)
