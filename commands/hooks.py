@@ -25,6 +25,7 @@ time of one read. ``ANKUSA_INTAKE_CACHE_S=0`` keeps nothing: every webhook reads
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models import Prefetch
-from django.http import JsonResponse
+from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -200,14 +201,16 @@ def kept_headers(headers: Headers, dedupe_key: str) -> dict[str, str]:
     return kept
 
 
-def _json(data: dict, status: int, headers: dict[str, str]) -> JsonResponse:
-    response = JsonResponse(data, status=status)
+def _json(data: dict, status: int, headers: dict[str, str]) -> HttpResponse:
+    # What JsonResponse writes, without the DjangoJSONEncoder it builds for every answer: these
+    # answers hold only strings and numbers.
+    response = HttpResponse(json.dumps(data), status=status, content_type="application/json")
     for name, value in headers.items():
         response[name] = value
     return response
 
 
-def _refused(source: Source | None, refusal: intake.Refusal) -> JsonResponse:
+def _refused(source: Source | None, refusal: intake.Refusal) -> HttpResponse:
     _log("hook_refused", source, refusal.status, reason=refusal.code)
     return _json(refusal.data, refusal.status, refusal.headers)
 
