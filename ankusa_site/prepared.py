@@ -23,6 +23,9 @@ import time
 import psycopg
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg.pq import ExecStatus
+
+TUPLES_OK = ExecStatus.TUPLES_OK
 
 
 def execute_prepared(connection: BaseDatabaseWrapper, sql: str, params: list) -> tuple[list[tuple], int]:
@@ -43,7 +46,9 @@ def execute_prepared(connection: BaseDatabaseWrapper, sql: str, params: list) ->
     started = time.monotonic()
     with db.wrap_database_errors:
         cursor.execute(sql, params, prepare=True)
-        rows = cursor.fetchall() if cursor.description is not None else []
+        # Whether it returned rows, without cursor.description (which builds a column list).
+        returned = cursor.pgresult is not None and cursor.pgresult.status == TUPLES_OK
+        rows = cursor.fetchall() if returned else []
     if db.queries_logged:
         db.queries_log.append(
             {
