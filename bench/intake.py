@@ -25,7 +25,13 @@ Figures (the JSON line at the end):
   (target ≥ 0.35); ``intake_vs_bare_view_sqlite`` — the same on SQLite with the local store;
 * ``p50_ms`` / ``p99_ms`` (and ``_sqlite``) — intake latency in the best round, at that concurrency;
 * ``accepted_not_stored`` — 2xx answers whose delivery is missing afterwards, over every round of
-  both set-ups. Must be 0.
+  both set-ups. Must be 0;
+* ``cpu_ms`` (and ``_sqlite``) — CPU milliseconds per request in each kind's best round, read from
+  ``/proc`` around the round: the gunicorn workers, PostgreSQL's processes, Redis, this client,
+  and the whole machine (``machine``: every process and the kernel). Throughput on a shared
+  two-core machine moves from round to round; CPU per request moves much less, and says where a
+  webhook's cost goes. ``intake_vs_bare_view_cpu`` is the bare view's machine CPU per request over
+  the intake's: the ratio the throughput one would be if both kept the machine equally busy.
 """
 
 from __future__ import annotations
@@ -139,7 +145,49 @@ class Connection:
         self.sock.close()
 
 
-def drive(port: int, requests: list[bytes], concurrency: int) -> dict:
+# --- CPU per request, from /proc (Linux) ---------------------------------------------------------
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(workers: set[int]) -> dict[str, float]:
+    """CPU seconds used so far by the gunicorn ``workers``, PostgreSQL, Redis, this process and the
+    whole machine (empty where /proc cannot be read)."""
+    used = Counter()
+    try:
+        fields = open("/proc/stat").readline().split()[1:9]
+    except OSError:
+        return {}
+    ticks = [int(n) for n in fields]
+    used["machine"] = (sum(ticks) - ticks[3] - ticks[4]) / TICKS_PER_S  # all but idle and iowait
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:  # ended meanwhile
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        rest = stat[stat.rindex(")") + 2 :].split()
+        seconds = (int(rest[11]) + int(rest[12])) / TICKS_PER_S  # utime + stime
+        pid = int(entry)
+        if pid in workers:
+            used["workers"] += seconds
+        elif name.startswith("postgres"):
+            used["postgres"] += seconds
+        elif name.startswith("redis-server"):
+            used["redis"] += seconds
+        elif pid == os.getpid():
+            used["client"] += seconds
+    return dict(used)
+
+
+def cpu_ms_per_request(before: dict, after: dict, requests: int) -> dict[str, float]:
+    # A process that ended during the round (a PostgreSQL backend) is missed; "machine" is not.
+    return {kind: round(1000 * (after[kind] - before.get(kind, 0)) / requests, 3) for kind in after}
+
+
+def drive(port: int, requests: list[bytes], concurrency: int, workers: set[int] = frozenset()) -> dict:
     """Send every request over ``concurrency`` keep-alive connections; rate, statuses, latencies."""
     results: list[list[tuple[int, bytes, float]]] = [[] for _ in range(concurrency)]
     ready = threading.Barrier(concurrency + 1)
@@ -159,10 +207,12 @@ def drive(port: int, requests: list[bytes], concurrency: int) -> dict:
     for thread in threads:
         thread.start()
     ready.wait()
+    cpu_before = cpu_seconds(workers)
     started = time.perf_counter()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    cpu_after = cpu_seconds(workers)
     answers = [answer for slot in results for answer in slot]
     latencies = sorted(seconds for _, _, seconds in answers)
     return {
@@ -171,6 +221,7 @@ def drive(port: int, requests: list[bytes], concurrency: int) -> dict:
         "accepted": [json.loads(body).get("id") for status, body, _ in answers if 200 <= status < 300],
         "p50_ms": latencies[len(latencies) // 2] * 1000,
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        "cpu_ms": cpu_ms_per_request(cpu_before, cpu_after, len(requests)),
     }
 
 
@@ -224,6 +275,14 @@ class Server:
         finally:
             conn.close()
 
+    def workers(self) -> set[int]:
+        """The worker processes' ids (gunicorn's master forks them)."""
+        try:
+            with open(f"/proc/{self.process.pid}/task/{self.process.pid}/children") as children:
+                return {int(pid) for pid in children.read().split()}
+        except OSError:
+            return set()
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
@@ -244,16 +303,21 @@ def measure(name: str, env: dict, args) -> dict:
         # tail instead of reading the index's last entry, as it does once autovacuum has run.
         manage(env, "shell", "-c", ANALYZE)
         best_bare, best_intake, accepted, statuses = None, None, [], Counter()
+        workers = server.workers()
         for _ in range(args.rounds):
-            bare = drive(server.port, bare_requests * args.n, args.concurrency)
-            intake = drive(server.port, webhooks(server.port, tenant, args.n), args.concurrency)
+            bare = drive(server.port, bare_requests * args.n, args.concurrency, workers)
+            intake = drive(server.port, webhooks(server.port, tenant, args.n), args.concurrency, workers)
             accepted += intake["accepted"]
             statuses += intake["statuses"]
             if best_bare is None or bare["per_s"] > best_bare["per_s"]:
                 best_bare = bare
             if best_intake is None or intake["per_s"] > best_intake["per_s"]:
                 best_intake = intake
-            print(f"  {name}: bare {bare['per_s']:7.0f}/s   intake {intake['per_s']:7.0f}/s", flush=True)
+            print(
+                f"  {name}: bare {bare['per_s']:7.0f}/s {cpu_text(bare['cpu_ms'])}\n"
+                f"  {' ' * len(name)}  intake {intake['per_s']:5.0f}/s {cpu_text(intake['cpu_ms'])}",
+                flush=True,
+            )
     finally:
         server.stop()
     check = json.loads(manage(env, "shell", "-c", CHECK, stdin=json.dumps(accepted)).strip().splitlines()[-1])
@@ -266,7 +330,17 @@ def measure(name: str, env: dict, args) -> dict:
         "p99_ms": best_intake["p99_ms"],
         "answers": dict(statuses),
         "accepted_not_stored": check["missing"],
+        "cpu_ms": {"bare": best_bare["cpu_ms"], "intake": best_intake["cpu_ms"]},
     }
+
+
+def cpu_text(cpu_ms: dict) -> str:
+    return "  CPU ms/request: " + " ".join(f"{kind} {ms:.2f}" for kind, ms in cpu_ms.items())
+
+
+def cpu_ratio(result: dict) -> float | None:
+    bare, intake = result["cpu_ms"]["bare"].get("machine"), result["cpu_ms"]["intake"].get("machine")
+    return round(bare / intake, 3) if bare and intake else None
 
 
 def base_env(**changes: str) -> dict:
@@ -356,6 +430,10 @@ def main() -> None:
         "p99_ms": round(pg["p99_ms"], 1) if pg else None,
         "p50_ms_sqlite": round(lite["p50_ms"], 1) if lite else None,
         "p99_ms_sqlite": round(lite["p99_ms"], 1) if lite else None,
+        "intake_vs_bare_view_cpu": cpu_ratio(pg) if pg else None,
+        "intake_vs_bare_view_cpu_sqlite": cpu_ratio(lite) if lite else None,
+        "cpu_ms": pg["cpu_ms"] if pg else None,
+        "cpu_ms_sqlite": lite["cpu_ms"] if lite else None,
         "accepted_not_stored": sum(r["accepted_not_stored"] for r in results.values()),
         "non_2xx": sum(n for r in results.values() for s, n in r["answers"].items() if not 200 <= s < 300),
         "quick": args.quick,
