@@ -14,7 +14,8 @@
                                 returns it from admit (it falls back to local state)
     response.headers.update(decision.headers())   # RateLimit-Policy / RateLimit
 
-``admit`` reads the tenant's effective limits (one small query for its active overrides), builds
+``admit`` reads the tenant's effective limits (one small query for its active overrides; none when
+the caller passes them, as the webhook intake does from its kept source configuration), builds
 a ``hooks`` charge of 1 and a ``bytes`` charge of the body length, refuses without a round trip a
 body larger than the tenant's ``max_body_bytes`` or its whole ``bytes`` burst, and makes one store
 call. The RateLimit headers (draft-ietf-httpapi-ratelimit-headers) come from the same answer: no
