@@ -102,6 +102,16 @@ def test_every_column_intake_does_not_set_holds_the_models_own_default(hook_sour
         }
 
 
+def test_on_postgresql_a_webhooks_commands_hold_the_json_the_provider_sent(postgres, hook_source, post_hook):
+    body = b'{"n": 1e2, "text": "caf\\u00e9 \\"quoted\\"", "list": [1, 2.50]}'
+    assert post_hook(body, "evt-1").status_code == 202
+    assert Delivery.objects.get().body == body.decode()
+    # jsonb reads the text as sent: 1e2 is the number 100 (Python's parser would have made 100.0).
+    payloads = [c.payload for c in Command.objects.all()]
+    assert payloads == [{"n": 100, "list": [1, 2.5], "text": 'café "quoted"'}] * 2
+    assert [type(p["n"]) for p in payloads] == [int, int]
+
+
 def test_a_source_that_needs_approval_stores_drafts_and_queues_nothing(hook_source, post_hook):
     Source.objects.filter(pk=hook_source.pk).update(needs_approval=True)
     assert post_hook().status_code == 202
