@@ -98,6 +98,13 @@ local function chunked(command, key, args, step)
   return out
 end
 """,
+    "uncount": """
+-- Tombstones popped from main: uncounted from DROPPED, never below zero (a record that vanished
+-- another way, evicted or deleted by hand, was never counted).
+local function uncount(n)
+  if redis.call('DECRBY', DROPPED, n) < 0 then redis.call('SET', DROPPED, 0) end
+end
+""",
     "parse": """
 local function parse(record)
   local enq, ended, rq, fc, failed, errlen, rest =
@@ -132,7 +139,7 @@ local function claim(now, n)
       end
     end
     if skipped == 0 then break end
-    redis.call('DECRBY', DROPPED, skipped)
+    uncount(skipped)
   end
   if #ids == 0 then return {} end
   local scored = {'+inf', SENTINEL}
@@ -421,7 +428,7 @@ if waiting > 0 then
     local head = redis.call('LINDEX', MAIN, 0)
     if not head or redis.call('HEXISTS', ITEMS, head) == 1 then break end
     redis.call('LPOP', MAIN)
-    redis.call('DECR', DROPPED)
+    uncount(1)
   end
 end
 return #gone
@@ -439,15 +446,15 @@ return n
 
 SCRIPTS = {  # name: (body, the functions it calls, in definition order)
     "enqueue": (ENQUEUE, ["chunked"]),
-    "claim": (CLAIM, ["chunked", "claim"]),
+    "claim": (CLAIM, ["chunked", "uncount", "claim"]),
     "done": (DONE, ["chunked", "held", "finish"]),
-    "done_and_claim": (DONE_AND_CLAIM, ["chunked", "claim", "held", "finish"]),
+    "done_and_claim": (DONE_AND_CLAIM, ["chunked", "uncount", "claim", "held", "finish"]),
     "release": (RELEASE, ["chunked", "parse", "pack", "held", "finish", "move"]),
     "expire": (EXPIRE, ["chunked", "parse", "pack", "finish", "move"]),
     "requeue_failed": (REQUEUE_FAILED, ["chunked", "parse", "pack"]),
     "remove_failed": (REMOVE_FAILED, ["parse"]),
     "requeue_ids": (REQUEUE_IDS, ["chunked", "parse", "pack", "chosen", "unfail"]),
-    "drop_ids": (DROP_IDS, ["chunked", "chosen", "unfail"]),
+    "drop_ids": (DROP_IDS, ["chunked", "uncount", "chosen", "unfail"]),
     "peek": (PEEK, ["chunked"]),
     "main_length": (MAIN_LENGTH, []),
     "flush": (FLUSH, []),

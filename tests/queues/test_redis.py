@@ -49,6 +49,23 @@ def test_a_dropped_waiting_item_stays_in_main_as_a_counted_tombstone_until_claim
     assert (django_redis.llen(main), int(django_redis.get(dropped))) == (0, 0)
 
 
+def test_a_record_that_vanished_another_way_never_makes_the_tombstone_count_negative(django_redis):
+    """A waiting id whose record is gone without a drop (a key evicted or deleted by hand) is popped
+    like a tombstone by the next claim, but was never counted: ``dropped`` stays at zero instead of
+    going below it, which would make main look longer than it is."""
+    queue = RedisFIFO("commands")
+    ids = queue.enqueue(*range(4))
+    main, items, dropped = queue.keys[0], queue.keys[3], queue.keys[5]
+    django_redis.hdel(items, str(ids[0]))
+    assert [item.payload for item in queue.claim(1)] == [1]
+    assert int(django_redis.get(dropped) or 0) == 0
+    assert (django_redis.llen(main), queue.length("main")) == (2, 2)
+    django_redis.hdel(items, str(ids[2]))
+    assert queue.drop_ids([ids[3]]) == 1  # the head's tombstones are popped at once
+    assert int(django_redis.get(dropped) or 0) == 0
+    assert (django_redis.llen(main), queue.length("main")) == (0, 0)
+
+
 def test_peek_reads_past_a_long_run_of_tombstones(django_redis):
     queue = RedisFIFO("commands")
     ids = queue.enqueue(*range(300))
