@@ -93,7 +93,7 @@ def receive(request, tenant: str, source: str):
         size=len(body),
         dedupe_key=key,
         source=found,
-        headers=kept_headers(headers, found.dedupe_key),
+        headers=kept_headers(headers, route.kept_names),
         body=text,
         limits=route.limits,
     )
@@ -113,13 +113,14 @@ def receive(request, tenant: str, source: str):
 class Route:
     """What a webhook to one source needs to know, read together and kept ``ANKUSA_INTAKE_CACHE_S``:
     the source with its tenant, the tenant's effective limits (its active overrides included), the
-    connectors as ``(id, idempotent)``, and its verifier (None: the stored configuration is
-    invalid)."""
+    connectors as ``(id, idempotent)``, its verifier (None: the stored configuration is invalid)
+    and the names of the headers a delivery keeps."""
 
     source: Source
     limits: dict[str, EffectiveLimit]
     connectors: list[tuple[int, bool]]
     verifier: signatures.Verifier | None
+    kept_names: tuple[str, ...]
     read_at: float
 
 
@@ -174,6 +175,7 @@ def _read_route(key: tuple[str, str], now) -> Route | None:
         effective_limits(found.tenant, now),
         [(c.pk, c.idempotent) for c in found.connectors.all()],
         verifier,
+        kept_names(found.dedupe_key),
         time.monotonic(),
     )
     if len(_routes) >= MAX_ROUTES:
@@ -187,12 +189,19 @@ def forget_routes() -> None:
     _routes.clear()
 
 
-def kept_headers(headers: Headers, dedupe_key: str) -> dict[str, str]:
-    """The headers a delivery keeps (``KEPT_HEADERS`` and the one the event key comes from)."""
-    names = list(KEPT_HEADERS)
-    resolved = event_keys.resolve(dedupe_key)
+def kept_names(dedupe_key: str) -> tuple[str, ...]:
+    """The headers a source's deliveries keep: ``KEPT_HEADERS`` and the one the event key is in."""
+    try:
+        resolved = event_keys.resolve(dedupe_key)
+    except event_keys.EventKeyConfigError:  # refused when saved; extract() says so per request
+        resolved = None
     if resolved is not None and resolved[0] == "header":
-        names.append(resolved[1])
+        return (*KEPT_HEADERS, resolved[1])
+    return tuple(KEPT_HEADERS)
+
+
+def kept_headers(headers: Headers, names: tuple[str, ...]) -> dict[str, str]:
+    """The values of the headers ``names`` that a request carries, each cut to its stored length."""
     kept = {}
     for name in names:
         value = headers.get(name)
