@@ -155,7 +155,8 @@ def cpu_seconds(workers: set[int]) -> dict[str, float]:
     whole machine (empty where /proc cannot be read)."""
     used = Counter()
     try:
-        fields = open("/proc/stat").readline().split()[1:9]
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()[1:9]
     except OSError:
         return {}
     ticks = [int(n) for n in fields]
@@ -164,7 +165,8 @@ def cpu_seconds(workers: set[int]) -> dict[str, float]:
         if not entry.isdigit():
             continue
         try:
-            stat = open(f"/proc/{entry}/stat").read()
+            with open(f"/proc/{entry}/stat") as process:
+                stat = process.read()
         except OSError:  # ended meanwhile
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
