@@ -60,7 +60,7 @@ MAX_TARGETS = 1024
 
 def _target(url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
     found = _targets.get(url)
-    if found is None or found[0].pool is None:  # new, or evicted from the PoolManager and closed
+    if found is None or found[0].pool is None:  # new, or closed by PoolManager.clear()
         if len(_targets) >= MAX_TARGETS:
             _targets.clear()
         found = _targets[url] = (pool().connection_from_url(url), urllib3.util.parse_url(url).request_uri)

@@ -108,6 +108,20 @@ def test_a_host_pool_the_pool_manager_dropped_is_replaced_and_the_send_goes_out(
     assert len(sink.received) == 2
 
 
+def test_a_busy_hosts_pool_outlives_many_other_hosts_and_keeps_its_connections(http_command, sink):
+    """Sends go to a host's pool without the PoolManager seeing them, so past its 64 pools it
+    forgets the busiest host first. It forgets without closing (urllib3 2): the kept pool must
+    stay in use, with its kept-alive connection, not be rebuilt."""
+    command = http_command()
+    assert adapters.send(command).ok
+    kept = http._targets[sink.url][0]
+    for n in range(2, 100):  # pools for other hosts; nothing is sent to them
+        http._target(f"http://127.0.0.{n}:9/")
+    assert adapters.send(command).ok
+    assert http._targets[sink.url][0] is kept and kept.pool is not None
+    assert kept.num_requests == 2  # both sends on its one kept-alive connection
+
+
 def test_a_host_pool_closed_just_before_the_send_is_sent_through_once_all_the_same(
     http_command, sink, monkeypatch
 ):
