@@ -6,8 +6,11 @@ the hot paths — intake's one-statement write, the dispatch loop's claim, start
 planning costs the server about as much as the work itself (measured with pgbench on intake's
 write: 2,200 statements/s as text, 4,400/s prepared, on the 2-core machine). ``execute_prepared``
 runs such a statement on Django's own connection (so inside the caller's transaction, if any) with
-a psycopg cursor of its own that binds on the server and keeps the statement prepared for the
-connection's life.
+a psycopg cursor of its own that binds on the server; a statement run more than
+``prepare_threshold`` times on a connection (``DATABASE_URL``'s option, 5 by default) is prepared
+there for the connection's life, and ``off`` (None) never prepares. (Django's own
+``server_side_binding`` option would bind every ORM query on the server, most of which are run
+too rarely to gain from it; this is for the few that are.)
 
 What Django's cursor does and this keeps: the connection health check and (re)connection, the
 thread-sharing check, Django's exception classes (``IntegrityError`` …, via
@@ -45,7 +48,7 @@ def execute_prepared(connection: BaseDatabaseWrapper, sql: str, params: list) ->
     cursor = kept[1]
     started = time.monotonic()
     with db.wrap_database_errors:
-        cursor.execute(sql, params, prepare=True)
+        cursor.execute(sql, params)  # prepared from its run after prepare_threshold
         # Whether it returned rows, without cursor.description (which builds a column list).
         returned = cursor.pgresult is not None and cursor.pgresult.status == TUPLES_OK
         rows = cursor.fetchall() if returned else []

@@ -27,10 +27,25 @@ def prepared_statements() -> list[str]:
 
 
 def test_a_prepared_statement_stays_prepared_on_its_connection_and_returns_rows(postgres):
-    rows, count = execute_prepared(connection, "SELECT %s::int + 1 AS n", [41])
+    connection.ensure_connection()
+    for _ in range(connection.connection.prepare_threshold + 1):  # prepared once run that many times
+        rows, count = execute_prepared(connection, "SELECT %s::int + 1 AS n", [41])
     assert (rows, count) == ([(42,)], 1)
     assert any("$1::int + 1" in statement for statement in prepared_statements())
     assert execute_prepared(connection, "SELECT %s::int + 1 AS n", [1])[0] == [(2,)]
+
+
+def test_a_statement_is_prepared_once_it_has_run_prepare_threshold_times_not_before(postgres):
+    connection.ensure_connection()
+    saved, connection.connection.prepare_threshold = connection.connection.prepare_threshold, 3
+    try:
+        for _ in range(3):  # run as often as the threshold says: still planned each time
+            assert execute_prepared(connection, "SELECT %s::int - 7", [10])[0] == [(3,)]
+            assert not any("- 7" in statement for statement in prepared_statements())
+        assert execute_prepared(connection, "SELECT %s::int - 7", [10])[0] == [(3,)]
+        assert any("$1::int - 7" in statement for statement in prepared_statements())
+    finally:
+        connection.connection.prepare_threshold = saved
 
 
 def test_a_prepared_statement_raises_djangos_integrity_error(postgres):
@@ -56,12 +71,13 @@ def test_a_prepared_statement_is_listed_among_the_captured_queries(postgres):
 
 def test_with_prepare_threshold_off_the_statement_runs_unprepared(postgres):
     connection.ensure_connection()
+    saved = connection.connection.prepare_threshold
     connection.connection.prepare_threshold = None  # what ?prepare_threshold=off gives a connection
     try:
         assert execute_prepared(connection, "SELECT %s::int * 3", [5])[0] == [(15,)]
         assert not any("* 3" in statement for statement in prepared_statements())
     finally:
-        connection.connection.prepare_threshold = 5
+        connection.connection.prepare_threshold = saved
 
 
 @pytest.fixture
