@@ -187,19 +187,22 @@ class ConnectorSerializer(Owned):
         return attrs
 
 
+def _read_answers(serializer, detail) -> dict:
+    return {
+        "list": extend_schema(responses={200: serializer(many=True), **READ_ERRORS}),
+        "retrieve": extend_schema(responses={200: detail, **READ_ERRORS}),
+    }
+
+
 def readable_schema(serializer, detail):
     """The answers of a read-only viewset: a list of ``serializer``, one row as ``detail``."""
-    return extend_schema_view(
-        list=extend_schema(responses={200: serializer(many=True), **READ_ERRORS}),
-        retrieve=extend_schema(responses={200: detail, **READ_ERRORS}),
-    )
+    return extend_schema_view(**_read_answers(serializer, detail))
 
 
 def editable_schema(serializer):
     """The answers of a read-write viewset over ``serializer``'s model, for the OpenAPI schema."""
     return extend_schema_view(
-        list=extend_schema(responses={200: serializer(many=True), **READ_ERRORS}),
-        retrieve=extend_schema(responses={200: serializer, **READ_ERRORS}),
+        **_read_answers(serializer, serializer),
         create=extend_schema(responses={201: serializer, **WRITE_ERRORS}),
         update=extend_schema(responses={200: serializer, **WRITE_ERRORS}),
         partial_update=extend_schema(responses={200: serializer, **WRITE_ERRORS}),
