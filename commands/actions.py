@@ -159,6 +159,10 @@ class Plan:
             text += f"; {sum(self.cannot.values())} cannot: {_phrase(self.cannot)}"
         return text
 
+    def overridden(self) -> Plan:
+        """The same dry run with the override: what needed one will be done too (no query)."""
+        return Plan(self.action, self.total, self.will + sum(self.need_override.values()), {}, self.cannot)
+
     def as_dict(self) -> dict:
         return {
             "action": self.action,

@@ -131,7 +131,7 @@ class CommandActions:
                 return None
         can_override = action == "resend" and self.has_override_permission(request)
         plan = actions.plan(action, queryset)
-        with_override = actions.plan(action, queryset, override=True) if can_override else None
+        with_override = plan.overridden() if can_override else None
         context = {
             **self.admin_site.each_context(request),
             "title": f"{action.capitalize()} commands?",

@@ -67,6 +67,7 @@ def test_the_dry_run_breaks_a_resend_down_by_eligibility_and_writes_nothing(fail
         "2 cannot: 1 never: make a new command instead, 1 not failed"
     )
     assert actions.plan("resend", Command.objects.all(), override=True).will == 4
+    assert plan.overridden() == actions.plan("resend", Command.objects.all(), override=True)
     assert list(Command.objects.order_by("pk").values()) == before
     assert not AuditEntry.objects.exists()
 
