@@ -155,6 +155,21 @@ def test_commands_loaded_for_sending_carry_their_payload_and_load_the_rest_on_de
     assert got.created_at == command.created_at  # a deferred field, read when asked for
 
 
+def test_commands_loaded_for_sending_equal_what_the_orm_loads_field_by_field(make_connector, make_command):
+    connector = make_connector()
+    ids = [
+        make_command(connector, state=State.QUEUED, payload={"n": 1.5, "s": "é", "l": [None, True]}).pk,
+        make_command(connector, state=State.DISPATCHING, attempts=2, next_attempt_at=T0).pk,
+    ]
+    loaded = dispatch.load_for_sending(ids)
+    expected = Command.objects.defer(*dispatch.BOOKKEEPING_FIELDS).in_bulk(ids)
+    fields = [f.attname for f in Command._meta.concrete_fields if f.name not in dispatch.BOOKKEEPING_FIELDS]
+    for pk in ids:
+        got = [(name, getattr(loaded[pk], name), type(getattr(loaded[pk], name))) for name in fields]
+        want = [(name, getattr(expected[pk], name), type(getattr(expected[pk], name))) for name in fields]
+        assert got == want
+
+
 def test_insert_attempts_writes_complete_rows_and_the_model_defaults(make_connector, make_command):
     connector = make_connector()
     ok, failed = make_command(connector), make_command(connector)
