@@ -252,17 +252,16 @@ class DatabaseFIFO(ReliableFIFO):
         connection = connections[self.using]
         if connection.vendor == "postgresql":
             # Each statement stands alone (finishing an item twice is a no-op): no transaction of
-            # its own, and inside the caller's it is part of it.
-            for offset in range(0, len(claimed), BATCH):
-                ids, claims = zip(*claimed[offset : offset + BATCH], strict=True)
-                rows, _ = execute_prepared(
-                    connection, DONE_SQL_POSTGRESQL, [list(ids), list(claims), self.name]
+            # its own, and inside the caller's it is part of it. The ids go as arrays, so one
+            # statement takes any number of them.
+            if claimed:
+                params = [[pk for pk, _ in claimed], [claims for _, claims in claimed], self.name]
+                held.extend(pk for (pk,) in execute_prepared(connection, DONE_SQL_POSTGRESQL, params)[0])
+            if bare:
+                params = [bare, self.name]
+                held.extend(
+                    pk for (pk,) in execute_prepared(connection, DONE_ANY_CLAIM_SQL_POSTGRESQL, params)[0]
                 )
-                held.extend(pk for (pk,) in rows)
-            for offset in range(0, len(bare), BATCH):
-                chunk = bare[offset : offset + BATCH]
-                rows, _ = execute_prepared(connection, DONE_ANY_CLAIM_SQL_POSTGRESQL, [chunk, self.name])
-                held.extend(pk for (pk,) in rows)
         else:
             with self._atomic(), connection.cursor() as cursor:
                 for offset in range(0, len(claimed), BATCH):
