@@ -539,6 +539,8 @@ def _action_permissions() -> dict[str, tuple[str, ...]]:
 
 # The views that answer a command's detail (its payload and its resent copies).
 DETAIL_ACTIONS = ("retrieve", "new_command")
+# Actions that look a command up only to know it exists for the caller (then act on its id).
+FOUND_ONLY_ACTIONS = ("approve_one", "resend_one", "cancel_one", "attempts")
 
 
 @readable_schema(CommandSerializer, CommandDetailSerializer)
@@ -550,6 +552,8 @@ class CommandViewSet(Scoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, v
     tenant_actions = ("create",)
 
     def get_queryset(self):
+        if self.action in FOUND_ONLY_ACTIONS:  # the row only has to be there, in the caller's scope
+            return self.scoped(Command.objects.only("id", "tenant_id"))
         commands = Command.objects.select_related("tenant", "connector", "source")
         if self.action in DETAIL_ACTIONS:
             commands = commands.prefetch_related(
