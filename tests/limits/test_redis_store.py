@@ -78,3 +78,49 @@ def test_a_custom_prefix_keeps_the_keys_apart(redis_client):
         "bench-1:{acme}:bytes",
         "bench-1:{acme}:hooks",
     ]
+
+
+def test_settle_soon_is_applied_in_order_and_answered_by_the_connections_next_call(redis_client):
+    store = RedisStore(settings.REDIS_URL, timeout_ms=1000)
+    assert store.hit(charges(), claim()) == Ok((500_000, 500_000))  # leaves one idle connection
+    answers = []
+    store.settle_soon(claim(), True, answers.append, command_id="42")
+    assert answers == []  # sent; its reply waits for the connection's next call
+    assert store.ping() is True
+    assert answers == [True]
+    assert redis_client.get(store.claim_key(claim())).decode().endswith("|tok|42")
+    assert store.hit(charges(), claim()).command_id == "42"
+
+
+def test_settle_soon_of_a_claim_held_by_another_token_is_answered_false(redis_client):
+    store = RedisStore(settings.REDIS_URL, timeout_ms=1000)
+    store.hit(charges(), claim())
+    answers = []
+    store.settle_soon(
+        Claim("acme", "stripe", "evt_1", "cmd-1", "other", 3_600_000, 30_000), True, answers.append
+    )
+    store.ping()
+    assert answers == [False]
+    assert redis_client.get(store.claim_key(claim())).decode().startswith("p|")
+
+
+def test_settle_soon_without_an_idle_connection_waits_for_its_answer(redis_client):
+    RedisStore(settings.REDIS_URL, timeout_ms=1000).hit(charges(), claim())
+    store = RedisStore(settings.REDIS_URL, timeout_ms=1000)  # a new pool: no handshake is left unread
+    answers = []
+    store.settle_soon(claim(), True, answers.append)
+    assert answers == [True]
+
+
+def test_replies_owed_by_several_settles_go_to_their_own_callbacks_in_order(redis_client):
+    store = RedisStore(settings.REDIS_URL, timeout_ms=1000)
+    store.hit(charges(), claim())
+    answers = []
+    store.settle_soon(claim(), True, lambda answer: answers.append(("mine", answer)))
+    store.settle_soon(
+        Claim("acme", "stripe", "evt_2", "cmd-2", "tok", 3_600_000, 30_000),
+        True,
+        lambda answer: answers.append(("never claimed", answer)),
+    )
+    assert store.hit(charges(), claim()).command_id == "cmd-1"
+    assert answers == [("mine", True), ("never claimed", False)]
