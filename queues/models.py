@@ -7,8 +7,8 @@ main queue.
 
 ``position`` orders the main queue (then ``id``). An enqueue takes positions after the last one
 in main; a requeue to the tail does the same, a requeue to the head takes them before the first.
-On PostgreSQL two transactions enqueueing at once may take the same position; the id breaks the
-tie, so order among concurrent producers follows their ids, not their commits.
+On PostgreSQL tail positions come from one sequence (migration 0002), so order among concurrent
+producers follows the order they drew them, not their commits; on SQLite writers take turns.
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
-from queues.backends.database import CLAIM_SQL_POSTGRESQL, DONE_SQL, DatabaseFIFO
+from queues.backends.database import CLAIM_SQL_POSTGRESQL, DONE_SQL, ENQUEUE_SQL_POSTGRESQL, DatabaseFIFO
 from queues.models import QueueItem
 
 
@@ -94,3 +96,32 @@ def test_postgresql_done_finds_rows_by_primary_key_not_by_scanning_busy(postgres
     assert "queues_queueitem_pkey" in plan
     assert "queueitem_busy_claimed" not in plan
     assert queue.done(*items) == 30
+
+
+def test_postgresql_tail_positions_come_from_a_sequence_not_a_read_of_the_tail(postgres):
+    jobs, other = DatabaseFIFO("jobs"), DatabaseFIFO("other")
+    jobs.enqueue("a", "b")
+    other.enqueue("x")
+    jobs.requeue(*jobs.claim())  # "a" to the tail of jobs
+    jobs.enqueue("c")
+    assert [item.payload for item in jobs.claim(3)] == ["b", "a", "c"]
+    a, b, x, c = QueueItem.objects.order_by("id").values_list("position", flat=True)
+    assert b < x < a < c  # one sequence for every tail placement, whatever the queue
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + ENQUEUE_SQL_POSTGRESQL, ["jobs", jobs.clock(), '["d"]'])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "InitPlan" not in plan and "queueitem_main_order" not in plan
+
+
+def test_the_sequence_starts_after_positions_given_before_it_existed(postgres, transactional_db):
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("queues")
+    executor.migrate([("queues", "0001_initial")])
+    try:
+        QueueItem.objects.create(queue="jobs", position=10_000, payload="old", enqueued_at=timezone.now())
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(latest)
+    queue = DatabaseFIFO("jobs")
+    queue.enqueue("new")
+    assert [item.payload for item in queue.claim(2)] == ["old", "new"]
