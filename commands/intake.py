@@ -16,11 +16,6 @@ submission (``commands.intake_api``) — to turn an authenticated request into s
    itself (one round trip); elsewhere, three statements in a transaction;
 3. **after the commit**, the claim is settled as committed with the stored row's id, and only then
    is 202 answered. A failed transaction releases the claim and answers 503 + ``Retry-After: 1``.
-   The commit's settle is sent to Redis before the answer, without waiting for Redis' reply
-   (``admission.settle_soon``): Redis applies a connection's commands in order, and the reply is
-   read by that connection's next call, where a failure is logged. What this gives up: a retry
-   that reached Redis on another connection before the settle did would be told 409 (retry), never
-   a wrong 2xx; a settle lost with its connection leaves the claim pending until it expires.
 
 Why a 2xx is never given for something that is not stored: 202 follows a returned commit, and a
 duplicate answer comes either from a claim that was settled after a commit or from the database
@@ -499,12 +494,8 @@ def _stored_original(arrival: Arrival) -> int | None:
 
 
 def _settle(claim, *, committed: bool, record_id: int | None = None) -> None:
-    if claim is None:
-        return
-    if committed:  # sent before the answer; Redis' reply is read by the connection's next call
-        admission.settle_soon(claim, True, command_id=record_id)
-    else:
-        admission.settle(claim, False)
+    if claim is not None:
+        admission.settle(claim, committed, command_id=record_id)
 
 
 # --- what both endpoints share at the HTTP level ------------------------------------------------

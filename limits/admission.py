@@ -161,22 +161,6 @@ def settle(
     """
     command_id = None if command_id is None else str(command_id)
     answer = (store or get_store()).settle(claim, committed, command_id=command_id)
-    _report(claim, committed, answer)
-    return answer is True
-
-
-def settle_soon(
-    claim: Claim, committed: bool, *, command_id: str | int | None = None, store: Store | None = None
-) -> None:
-    """``settle``, sent before this returns but answered later (``Store.settle_soon``): a failure is
-    logged when the answer is read, by whichever request reads it."""
-    command_id = None if command_id is None else str(command_id)
-    (store or get_store()).settle_soon(
-        claim, committed, lambda answer: _report(claim, committed, answer), command_id=command_id
-    )
-
-
-def _report(claim: Claim, committed: bool, answer: bool | Error) -> None:
     if answer is not True:
         reason = answer.reason if isinstance(answer, Error) else "no longer held by this token"
         log_event(
@@ -189,3 +173,4 @@ def _report(claim: Claim, committed: bool, answer: bool | Error) -> None:
             event_key=claim.key[:200],
             reason=reason,
         )
+    return answer is True

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 CLAIM_TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -134,19 +133,6 @@ class Store(abc.ABC):
         ``command_id``, when committing, replaces the id given at claim time: what a ``Duplicate``
         answers from then on (the stored row's id, when it is only known after the insert).
         """
-
-    def settle_soon(
-        self,
-        claim: Claim,
-        committed: bool,
-        then: Callable[[bool | Error], None],
-        *,
-        command_id: str | None = None,
-    ) -> None:
-        """``settle`` without waiting for the store's answer where it has to travel: the settle is
-        sent (applied, for a store in this process) before this returns, and ``then`` gets the
-        answer when it is read — for Redis, on the connection's next use. Here: settled at once."""
-        then(self.settle(claim, committed, command_id=command_id))
 
     @abc.abstractmethod
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:

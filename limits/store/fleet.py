@@ -85,34 +85,6 @@ class FleetStore(Store):
             self._answered()
         return result
 
-    def settle_soon(
-        self,
-        claim: Claim,
-        committed: bool,
-        then: Callable[[bool | Error], None],
-        *,
-        command_id: str | None = None,
-    ) -> None:
-        """Redis' answer is read later only while the breaker is closed; otherwise this is ``settle``
-        (a probe must be answered before the breaker decides)."""
-        if self.local.settle(claim, committed, command_id=command_id):
-            then(True)
-            return
-        with self._lock:
-            closed = self._opened_at is None
-        if not closed:
-            then(self.settle(claim, committed, command_id=command_id))
-            return
-
-        def answered(result: bool | Error) -> None:
-            if isinstance(result, Error):
-                self._failed(result.reason)
-            else:
-                self._answered()
-            then(result)
-
-        self.fleet.settle_soon(claim, committed, answered, command_id=command_id)
-
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:
         """Both stores: the local buckets were charged during any outage. Rare (a limit changed), so
         it asks Redis whatever the breaker says."""

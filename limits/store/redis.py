@@ -31,7 +31,6 @@ claim pending until ``pending_ttl_ms``); the caller has already moved on with it
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import socket
 import ssl
@@ -148,18 +147,12 @@ def pack(*args) -> bytes:
 
 
 class _Connection:
-    """One socket to Redis, opened within a deadline; its handshake goes out with the first command.
-
-    ``owed``: what to do with the replies to commands sent without waiting (``send``), in the order
-    sent. Those replies come before any later one on the socket: the next ``call`` reads them first,
-    usually from what is already received, and hands each to its callback.
-    """
+    """One socket to Redis, opened within a deadline; its handshake goes out with the first command."""
 
     def __init__(self, target: dict, deadline: float):
         self.sock = _open_socket(target, _remaining(deadline))
         self.reader = hiredis.Reader(encoding="utf-8", errors="replace")
         self.buffer = bytearray(65536)
-        self.owed: list[Callable[[object], None]] = []
         self.handshake = []
         if target.get("password"):
             auth = [target["username"]] if target.get("username") else []
@@ -171,20 +164,11 @@ class _Connection:
         setup, self.handshake = self.handshake, []
         self.sock.settimeout(_remaining(deadline))
         self.sock.sendall(b"".join(setup + commands))
-        while self.owed:
-            reply = self._read(deadline)
-            _hand_over(self.owed.pop(0), reply)
         replies = [self._read(deadline) for _ in range(len(setup) + len(commands))]
         for reply in replies[: len(setup)]:
             if isinstance(reply, hiredis.ReplyError):
                 raise ConnectionError(f"handshake refused: {reply}")
         return replies[len(setup) :]
-
-    def send(self, command: bytes, then: Callable[[object], None], deadline: float) -> None:
-        """Write ``command`` and return at once; ``then`` gets its reply when a later call reads it."""
-        self.sock.settimeout(_remaining(deadline))
-        self.sock.sendall(command)
-        self.owed.append(then)
 
     def _read(self, deadline: float):
         while True:
@@ -202,13 +186,6 @@ class _Connection:
             self.sock.close()
         except OSError:
             pass
-
-
-def _hand_over(then: Callable[[object], None], reply) -> None:
-    try:
-        then(reply)
-    except Exception:  # a callback's bug must not fail the call that happened to read its reply
-        logging.getLogger("ankusa.limits.redis").exception("a deferred reply's callback failed")
 
 
 def _remaining(deadline: float) -> float:
@@ -255,20 +232,6 @@ class _Pool:
             raise
         self._give(connection)
         return replies
-
-    def send(self, command: bytes, then: Callable[[object], None], deadline: float) -> None:
-        """``command`` on an idle connection, without waiting for its reply (``_Connection.send``);
-        on a new one (nothing idle), as a call that waits, so a handshake is never left unread."""
-        connection = self._take()
-        if connection is None:
-            _hand_over(then, self.run([command], deadline)[-1])
-            return
-        try:
-            connection.send(command, then, deadline)
-        except BaseException:
-            connection.close()
-            raise
-        self._give(connection)
 
     def _take(self) -> _Connection | None:
         with self._lock:
@@ -347,37 +310,6 @@ class RedisStore(Store):
         args = [self._now_arg(), claim.token, "1" if committed else "0", claim.ttl_ms, command_id or ""]
         reply = self._eval(_SETTLE, [self.claim_key(claim)], args, timeout_ms)
         return reply if isinstance(reply, Error) else reply == 1
-
-    def settle_soon(
-        self,
-        claim: Claim,
-        committed: bool,
-        then: Callable[[bool | Error], None],
-        *,
-        command_id: str | None = None,
-    ) -> None:
-        """``settle``, written to Redis before this returns, its reply read by the connection's next
-        call (another request's, usually already received): no wait for the round trip.
-
-        Sent as ``EVAL`` with the script's source, not ``EVALSHA``: a ``NOSCRIPT`` (a Redis that
-        restarted or flushed its scripts, or never ran a settle) would be read only after the
-        answer was given, too late to send the script again."""
-        args = [self._now_arg(), claim.token, "1" if committed else "0", claim.ttl_ms, command_id or ""]
-        command = pack("EVAL", _SETTLE.source, 1, self.claim_key(claim), *args)
-
-        def answered(reply) -> None:
-            if isinstance(reply, hiredis.ReplyError):
-                then(Error(f"redis: {reply}"))
-            else:
-                then(reply == 1)
-
-        at, budget_ms = self._deadline(None)
-        try:
-            self._pool.send(command, answered, at)
-        except (StoreTimeout, TimeoutError):
-            then(Error(f"timeout: not sent within {budget_ms} ms"))
-        except (OSError, hiredis.HiredisError) as exc:
-            then(Error(f"unreachable: {type(exc).__name__}: {exc}"[:200]))
 
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:
         keys = [self.bucket_key(tenant, kind) for kind in KINDS]

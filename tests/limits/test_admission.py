@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-from django.conf import settings
 from django.test import override_settings
 from prometheus_client import REGISTRY
 
 from limits import actions
-from limits.admission import admit, charges_for, new_claim, settle, settle_soon
+from limits.admission import admit, charges_for, new_claim, settle
 from limits.models import LimitOverride, Tenant
 from limits.store import (
     Charge,
@@ -114,21 +113,6 @@ def test_settling_a_claim_no_longer_held_is_logged(tenant, caplog):
             "reason": "no longer held by this token",
         },
     )  # fmt: skip
-
-
-def test_settling_soon_logs_a_claim_no_longer_held_when_redis_answers(tenant, caplog, redis_client):
-    store = RedisStore(settings.REDIS_URL, timeout_ms=1000)
-    store.ping()  # an idle connection: the settle's reply is read by the next call
-    claim = new_claim(tenant, "src-1", "evt_9", "cmd-9")
-    with caplog.at_level(logging.WARNING, logger="ankusa.limits"):
-        settle_soon(claim, committed=True, store=store)
-        assert caplog.records == []
-        store.ping()
-    [record] = caplog.records
-    assert (record.getMessage(), record.fields["reason"]) == (
-        "claim_settle_failed",
-        "no longer held by this token",
-    )
 
 
 def test_setting_an_override_resets_the_tenants_buckets(tenant, django_capture_on_commit_callbacks):

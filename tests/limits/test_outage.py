@@ -232,37 +232,3 @@ def test_a_server_that_does_not_speak_redis_is_an_error_not_an_exception():
         thread.join()
     assert isinstance(answer, Error)
     assert answer.reason.startswith("unreachable: ProtocolError")
-
-
-def test_settle_soon_to_a_stopped_redis_is_an_error_and_counts_against_the_breaker(private_redis):
-    store = fleet_store(private_redis.url, BreakerClock())
-    assert isinstance(store.hit(charges(), claim()), Ok)
-    private_redis.stop()
-    assert isinstance(store.fleet.hit(charges()), Error)  # closes the pool's idle connection
-    answers = []
-    for _ in range(3):  # the breaker's threshold
-        store.settle_soon(claim(), True, answers.append)
-    assert len(answers) == 3
-    assert all(answer.reason.startswith("unreachable: ") for answer in answers)
-    assert store.breaker_open
-
-
-def test_with_the_breaker_open_settle_soon_waits_for_its_answer(silent_socket):
-    clock = BreakerClock()
-    store = fleet_store(silent_socket, clock, timeout_ms=10)
-    for _ in range(3):
-        store.hit(charges())
-    assert store.breaker_open
-    answers = []
-    store.settle_soon(claim(), True, answers.append)  # held nowhere: local says no, Redis is not asked
-    assert answers == [Error("fleet store unavailable (circuit open)")]
-
-
-def test_settle_soon_needs_no_script_loaded_before(private_redis):
-    store = RedisStore(private_redis.url, timeout_ms=1000)
-    assert isinstance(store.hit(charges(), claim()), Ok)
-    private_redis.client().script_flush()
-    answers = []
-    store.settle_soon(claim(), True, answers.append, command_id="7")
-    assert store.ping() is True
-    assert answers == [True]
