@@ -14,8 +14,9 @@ on the server ``DATABASE_URL`` names; SQLite: a file in a temporary folder):
 For each, gunicorn serves ``bench/intake_server.py`` (the site plus ``POST /bench/bare/``, a view that
 reads the body and answers JSON) with the same workers and threads for both kinds of request. This
 process drives it over keep-alive connections from ``--concurrency`` threads, with requests built
-and signed before the clock starts, alternating rounds of bare and intake requests and keeping each
-kind's best round (the machine may be shared). An intake request is a GitHub-signed webhook with its
+and signed before the clock starts, alternating rounds of bare and intake requests of the same
+length (``--seconds``, 3 by default; ``--rounds`` of each, 6) and keeping each kind's best round
+(the machine may be shared). An intake request is a GitHub-signed webhook with its
 own ``X-GitHub-Delivery``: verified, admitted (quota + claim), stored as a delivery with one command,
 queued, the claim settled.
 
@@ -23,6 +24,9 @@ Figures (the JSON line at the end):
 
 * ``intake_vs_bare_view`` — accepted webhooks/s ÷ bare view requests/s, PostgreSQL + fleet store
   (target ≥ 0.35); ``intake_vs_bare_view_sqlite`` — the same on SQLite with the local store;
+* ``intake_vs_bare_view_paired`` (and ``_sqlite``) — the median over rounds of the same ratio
+  within one pair of neighbouring rounds: the two kinds then share the machine's mood, so it
+  moves less from run to run than the ratio of two best rounds taken at different moments;
 * ``p50_ms`` / ``p99_ms`` (and ``_sqlite``) — intake latency in the best round, at that concurrency;
 * ``accepted_not_stored`` — 2xx answers whose delivery is missing afterwards, over every round of
   both set-ups. Must be 0;
@@ -44,6 +48,7 @@ import os
 import secrets
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,6 +63,8 @@ import redis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET = "bench-webhook-secret"
+# Requests built for a round, per second of it: more than either kind is answered per second here.
+BARE_CAP_PER_S, INTAKE_CAP_PER_S = 6000, 2000
 BODY = json.dumps(
     {"order": "A-1", "action": "ship", "lines": [{"sku": f"SKU-{n}", "qty": n} for n in range(8)]}
 )
@@ -189,17 +196,28 @@ def cpu_ms_per_request(before: dict, after: dict, requests: int) -> dict[str, fl
     return {kind: round(1000 * (after[kind] - before.get(kind, 0)) / requests, 3) for kind in after}
 
 
-def drive(port: int, requests: list[bytes], concurrency: int, workers: set[int] = frozenset()) -> dict:
-    """Send every request over ``concurrency`` keep-alive connections; rate, statuses, latencies."""
+def drive(
+    port: int,
+    requests: list[bytes],
+    concurrency: int,
+    workers: set[int] = frozenset(),
+    seconds: float | None = None,
+) -> dict:
+    """Send the requests over ``concurrency`` keep-alive connections: all of them, or as many as
+    ``seconds`` allow (each connection stops after the answer that crosses the deadline); rate,
+    statuses, latencies, CPU per answered request."""
     results: list[list[tuple[int, bytes, float]]] = [[] for _ in range(concurrency)]
     ready = threading.Barrier(concurrency + 1)
 
     def work(slot: int) -> None:
         conn = Connection(port)
         ready.wait()
+        deadline = time.perf_counter() + seconds if seconds else float("inf")
         try:
             for request in requests[slot::concurrency]:
                 started = time.perf_counter()
+                if started >= deadline:
+                    break
                 status, body = conn.send(request)
                 results[slot].append((status, body, time.perf_counter() - started))
         finally:
@@ -223,7 +241,7 @@ def drive(port: int, requests: list[bytes], concurrency: int, workers: set[int] 
         "accepted": [json.loads(body).get("id") for status, body, _ in answers if 200 <= status < 300],
         "p50_ms": latencies[len(latencies) // 2] * 1000,
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-        "cpu_ms": cpu_ms_per_request(cpu_before, cpu_after, len(requests)),
+        "cpu_ms": cpu_ms_per_request(cpu_before, cpu_after, len(answers)),
     }
 
 
@@ -304,20 +322,28 @@ def measure(name: str, env: dict, args) -> dict:
         # A fresh database has no planner statistics: PostgreSQL would scan the whole queue for its
         # tail instead of reading the index's last entry, as it does once autovacuum has run.
         manage(env, "shell", "-c", ANALYZE)
-        best_bare, best_intake, accepted, statuses = None, None, [], Counter()
+        best_bare, best_intake, accepted, statuses, paired = None, None, [], Counter(), []
         workers = server.workers()
         for _ in range(args.rounds):
-            bare = drive(server.port, bare_requests * args.n, args.concurrency, workers)
-            intake = drive(server.port, webhooks(server.port, tenant, args.n), args.concurrency, workers)
+            # Rounds of the same length for both kinds, not of the same count: with 1,500 requests
+            # each, a bare round lasted a quarter as long as an intake round, so its start (new
+            # connections, the first requests) weighed four times as much, and the best of each
+            # kind was picked among windows of different sizes.
+            bare_round = bare_requests * int(BARE_CAP_PER_S * args.seconds)
+            bare = drive(server.port, bare_round, args.concurrency, workers, args.seconds)
+            hooks = webhooks(server.port, tenant, int(INTAKE_CAP_PER_S * args.seconds))
+            intake = drive(server.port, hooks, args.concurrency, workers, args.seconds)
             accepted += intake["accepted"]
             statuses += intake["statuses"]
+            paired.append(intake["per_s"] / bare["per_s"])
             if best_bare is None or bare["per_s"] > best_bare["per_s"]:
                 best_bare = bare
             if best_intake is None or intake["per_s"] > best_intake["per_s"]:
                 best_intake = intake
             print(
                 f"  {name}: bare {bare['per_s']:7.0f}/s {cpu_text(bare['cpu_ms'])}\n"
-                f"  {' ' * len(name)}  intake {intake['per_s']:5.0f}/s {cpu_text(intake['cpu_ms'])}",
+                f"  {' ' * len(name)}  intake {intake['per_s']:5.0f}/s {cpu_text(intake['cpu_ms'])}"
+                f"  (this pair: {paired[-1]:.3f})",
                 flush=True,
             )
     finally:
@@ -328,6 +354,7 @@ def measure(name: str, env: dict, args) -> dict:
         "bare_per_s": best_bare["per_s"],
         "intake_per_s": best_intake["per_s"],
         "ratio": best_intake["per_s"] / best_bare["per_s"],
+        "paired": statistics.median(paired),
         "p50_ms": best_intake["p50_ms"],
         "p99_ms": best_intake["p99_ms"],
         "answers": dict(statuses),
@@ -401,8 +428,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each round (default 3)")
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
-    args.n, args.rounds = (100, 1) if args.quick else (1500, 4)
+    if args.quick:
+        args.seconds, args.rounds = 0.3, 1
 
     database_url = os.environ.get("DATABASE_URL", "")
     results = {}
@@ -416,18 +446,23 @@ def main() -> None:
 
     print(
         f"\ngunicorn {args.workers} workers x {args.threads} threads, {args.concurrency} client connections, "
-        f"{args.n} requests per round, {args.rounds} rounds (best kept)"
+        f"{args.rounds} rounds of {args.seconds:g} s for each kind, alternating (best kept)"
     )
-    print(f"{'set-up':<10} {'bare/s':>8} {'intake/s':>9} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7}  answers")
+    print(
+        f"{'set-up':<10} {'bare/s':>8} {'intake/s':>9} {'ratio':>6} {'paired':>7} {'p50 ms':>7} {'p99 ms':>7}"
+        "  answers"
+    )
     for name, r in results.items():
         print(
-            f"{name:<10} {r['bare_per_s']:8.0f} {r['intake_per_s']:9.0f} {r['ratio']:6.2f} "
+            f"{name:<10} {r['bare_per_s']:8.0f} {r['intake_per_s']:9.0f} {r['ratio']:6.2f} {r['paired']:7.2f} "
             f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f}  {r['answers']}"
         )
     pg, lite = results.get("postgres"), results.get("sqlite")
     figures = {
         "intake_vs_bare_view": round(pg["ratio"], 3) if pg else None,
         "intake_vs_bare_view_sqlite": round(lite["ratio"], 3) if lite else None,
+        "intake_vs_bare_view_paired": round(pg["paired"], 3) if pg else None,
+        "intake_vs_bare_view_paired_sqlite": round(lite["paired"], 3) if lite else None,
         "p50_ms": round(pg["p50_ms"], 1) if pg else None,
         "p99_ms": round(pg["p99_ms"], 1) if pg else None,
         "p50_ms_sqlite": round(lite["p50_ms"], 1) if lite else None,
