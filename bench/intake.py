@@ -308,10 +308,16 @@ class Server:
         self.process.wait(timeout=30)
 
 
-def measure(name: str, env: dict, args) -> dict:
+def prepare(env: dict) -> str:
+    """Migrate the set-up's database and seed a tenant named for the run; its slug."""
     tenant = f"bench-{os.getpid()}-{secrets.token_hex(3)}"
     manage(env, "migrate", "--noinput", "-v0")
     manage(env, "shell", "-c", SEED.format(slug=tenant, secret=SECRET))
+    return tenant
+
+
+def measure(name: str, env: dict, args) -> dict:
+    tenant = prepare(env)
     server = Server(env, args.workers, args.threads)
     try:
         bare_requests = [
@@ -384,7 +390,7 @@ def base_env(**changes: str) -> dict:
     return env
 
 
-def run_postgres(url: str, args) -> dict:
+def run_postgres(url: str, args, measure=measure) -> dict:
     parts = urlsplit(url)
     name = f"bench_intake_{os.getpid()}"
     admin_url = urlunsplit(parts._replace(path="/postgres", query=""))
@@ -410,7 +416,7 @@ def run_postgres(url: str, args) -> dict:
     return result
 
 
-def run_sqlite(args) -> dict:
+def run_sqlite(args, measure=measure) -> dict:
     folder = tempfile.mkdtemp(prefix="bench-intake-")
     try:
         env = base_env(

@@ -42,3 +42,20 @@ def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(servic
     assert figures["intake_vs_bare_view_cpu_sqlite"] > 0  # /proc was read around the rounds
     assert figures["cpu_ms_sqlite"]["intake"]["workers"] > 0
     assert (figures["intake_vs_bare_view"] is not None) == database.startswith("postgres")
+
+
+def test_the_intake_instruction_count_runs_and_every_webhook_was_accepted(service_env):
+    database = os.environ.get("DATABASE_URL", "")
+    result = subprocess.run(
+        [sys.executable, "bench/intake_ops.py", "--requests", "5"],
+        cwd=settings.BASE_DIR,
+        env={**service_env, "DATABASE_URL": database, "DJANGO_SETTINGS_MODULE": "ankusa_site.settings"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["answers_sqlite"] == {"202": 10}  # five counted of each kind; the bare view says 202 too
+    assert figures["opcodes_webhook_sqlite"] > figures["opcodes_bare_sqlite"] > 0
+    assert ("opcodes_webhook" in figures) == database.startswith("postgres")
