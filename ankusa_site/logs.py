@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,9 +42,13 @@ def log_event(logger: logging.Logger, event: str, *, level: int = logging.INFO, 
         logger.log(level, event, extra={"event": event, "fields": redact(fields)})
 
 
+# A value written bare: not empty, and nothing that would end it or start another pair.
+_BARE = re.compile(r'[^ ="\n]+')
+
+
 def _text_value(value: Any) -> str:
     text = str(value)
-    return json.dumps(text) if (not text or any(c in text for c in ' ="\n')) else text
+    return text if _BARE.fullmatch(text) else json.dumps(text)
 
 
 class TextFormatter(logging.Formatter):

@@ -23,6 +23,7 @@ without end).
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import logging
@@ -100,6 +101,14 @@ DISPATCH_ROUND = Histogram(
     "Duration of one dispatch loop round.",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
 )
+
+
+@functools.cache
+def labelled(metric, *values: str):
+    """``metric.labels(*values)`` (values in the order of its label names), kept: a label set's child
+    is the same object for the process's life, and asking for it again costs more than the count
+    itself on the hot paths (a lock and a validation of every value, each call)."""
+    return metric.labels(*values)
 
 
 def multiprocess_dir() -> str | None:

@@ -367,10 +367,10 @@ def report_sends(recorded: list[Sent]) -> None:
     for one in recorded:
         kind = one.command.connector.kind
         outcome, seconds = one.outcome, (one.finished - one.started).total_seconds()
-        metrics.DISPATCH_ATTEMPTS.labels(
-            kind=kind, outcome="ok" if outcome.ok else "failed", outlook=outcome.outlook or ""
+        metrics.labelled(
+            metrics.DISPATCH_ATTEMPTS, kind, "ok" if outcome.ok else "failed", outcome.outlook or ""
         ).inc()
-        metrics.DISPATCH_LATENCY.labels(kind=kind).observe(seconds)
+        metrics.labelled(metrics.DISPATCH_LATENCY, kind).observe(seconds)
         fields = {"command": one.command.pk, "connector": one.command.connector_id, "attempt": one.attempt}
         if outcome.ok:
             log_event(logger, "dispatched", **fields, status=outcome.status, ms=round(seconds * 1000, 1))

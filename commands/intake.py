@@ -555,11 +555,11 @@ def measured(endpoint: str):
         def counted(request, *args, **kwargs):
             started = time.perf_counter()
             response = view(request, *args, **kwargs)
-            metrics.INTAKE_RESPONSES.labels(endpoint=endpoint, status=str(response.status_code)).inc()
+            metrics.labelled(metrics.INTAKE_RESPONSES, endpoint, str(response.status_code)).inc()
             declared = request.META.get("CONTENT_LENGTH") or ""
             if declared.isdigit():
-                metrics.INTAKE_REQUEST_BYTES.labels(endpoint=endpoint).observe(int(declared))
-            metrics.INTAKE_LATENCY.labels(endpoint=endpoint).observe(time.perf_counter() - started)
+                metrics.labelled(metrics.INTAKE_REQUEST_BYTES, endpoint).observe(int(declared))
+            metrics.labelled(metrics.INTAKE_LATENCY, endpoint).observe(time.perf_counter() - started)
             return response
 
         return counted
@@ -589,7 +589,7 @@ def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
             body = request.read(limit + 1)
         except OSError:  # Django's UnreadablePostError: the client went away mid-body
             return Refusal(400, "bad_request", "The body was cut off.")
-    metrics.INTAKE_BODY_BYTES.labels(endpoint=endpoint).observe(len(body))
+    metrics.labelled(metrics.INTAKE_BODY_BYTES, endpoint).observe(len(body))
     if len(body) > limit:
         return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
     return body

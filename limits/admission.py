@@ -142,7 +142,7 @@ def admit(
     if not charges and claim is None:
         return Admission(Ok())
     result = (store or get_store()).hit(charges, claim)
-    metrics.STORE_CALLS.labels(scope=settings.ANKUSA_STORE_SCOPE, result=type(result).__name__.lower()).inc()
+    metrics.labelled(metrics.STORE_CALLS, settings.ANKUSA_STORE_SCOPE, type(result).__name__.lower()).inc()
     if isinstance(result, Ok | RateLimited):
         debts = result.debts_us
         return Admission(

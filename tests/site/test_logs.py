@@ -43,6 +43,17 @@ def test_text_lines_are_key_value_pairs_quoting_spaces(captured):
     assert line.endswith('ankusa.test-logs failed outlook=after-fix error="401 Unauthorized"')
 
 
+def test_text_values_that_could_be_misread_are_quoted(captured):
+    logger, records = captured
+    log_event(
+        logger, "seen", empty="", equals="a=b", quote='say "hi"', newline="a\nb", plain="x-1.2", number=7
+    )
+    line = TextFormatter().format(records[0])
+    assert line.endswith(
+        'seen empty="" equals="a=b" quote="say \\"hi\\"" newline="a\\nb" plain=x-1.2 number=7'
+    )
+
+
 @pytest.mark.parametrize(
     "name",
     ["secret", "api_token", "password", "credentials", "Authorization", "signature", "body", "payload"],

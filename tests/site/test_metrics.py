@@ -3,7 +3,7 @@
 import pytest
 from prometheus_client import REGISTRY
 
-from ankusa_site.metrics import INTAKE_RESPONSES
+from ankusa_site.metrics import INTAKE_RESPONSES, labelled
 from commands.models import Command
 
 pytestmark = pytest.mark.django_db
@@ -79,3 +79,12 @@ def demo_command():
     tenant = Tenant.objects.create(slug="m", name="M")
     connector = Connector.objects.create(tenant=tenant, name="log", kind="log")
     return Command.objects.create(tenant=tenant, connector=connector, payload={})
+
+
+def test_a_kept_label_set_counts_into_the_same_series_as_labels():
+    sample = {"endpoint": "test-kept", "status": "418"}
+    before = REGISTRY.get_sample_value("ankusa_intake_responses_total", sample) or 0
+    labelled(INTAKE_RESPONSES, "test-kept", "418").inc()
+    INTAKE_RESPONSES.labels(endpoint="test-kept", status="418").inc()
+    assert labelled(INTAKE_RESPONSES, "test-kept", "418") is INTAKE_RESPONSES.labels("test-kept", "418")
+    assert REGISTRY.get_sample_value("ankusa_intake_responses_total", sample) == before + 2
