@@ -98,18 +98,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def manage(env: dict, *args: str, stdin: str | None = None) -> str:
+def python(env: dict, *args: str, stdin: str | None = None, what: str = "") -> str:
+    """Run this Python with ``args`` in the project's folder; its output, or an error that ends
+    with the end of its stderr."""
     result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=BASE_DIR,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
+        [sys.executable, *args], cwd=BASE_DIR, env=env, input=stdin, capture_output=True, text=True
     )
     if result.returncode != 0:
-        raise RuntimeError(f"manage.py {args[0]} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"{what or args[0]} failed:\n{result.stderr[-3000:]}")
     return result.stdout
+
+
+def manage(env: dict, *args: str, stdin: str | None = None) -> str:
+    return python(env, "manage.py", *args, stdin=stdin, what=f"manage.py {args[0]}")
 
 
 # --- a small keep-alive HTTP client (cheap enough not to be the bottleneck on two cores) ---------

@@ -27,14 +27,13 @@ import argparse
 import io
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.intake import BASE_DIR, BODY, SECRET, prepare, run_postgres, run_sqlite  # noqa: E402
+from bench.intake import BODY, SECRET, prepare, python, run_postgres, run_sqlite  # noqa: E402
 
 VIEWS = {"receive": "hooks.py", "bare": "intake_server.py"}
 
@@ -44,17 +43,10 @@ def count(name: str, env: dict, args) -> dict:
     tenant = prepare(env)
     # Tracing slows the child down a hundredfold: no re-read of the kept route, no store timeout.
     env = {**env, "ANKUSA_INTAKE_CACHE_S": "3600", "ANKUSA_STORE_TIMEOUT_MS": "10000"}
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", "--requests", str(args.requests)],
-        cwd=BASE_DIR,
-        env=env,
-        input=tenant,
-        capture_output=True,
-        text=True,
+    output = python(
+        env, __file__, "--child", "--requests", str(args.requests), stdin=tenant, what=f"{name}: counting"
     )
-    if result.returncode != 0:
-        raise RuntimeError(f"{name}: the counting process failed:\n{result.stderr[-3000:]}")
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    figures = json.loads(output.strip().splitlines()[-1])
     return {"tenant": tenant, **figures}
 
 

@@ -40,7 +40,8 @@ class QueueItem(models.Model):
     class Meta:
         indexes = [
             # claim: WHERE queue = %s AND state = 'main' ORDER BY position, id LIMIT n FOR UPDATE
-            # SKIP LOCKED; also the MIN/MAX(position) of enqueue and requeue, and peek/age of main.
+            # SKIP LOCKED; also the MIN(position) of a requeue to the head, the MAX(position) of a
+            # tail on SQLite (PostgreSQL takes tails from a sequence), and peek/age of main.
             models.Index(
                 fields=["queue", "position", "id"], condition=Q(state="main"), name="queueitem_main_order"
             ),
