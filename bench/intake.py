@@ -246,9 +246,14 @@ def drive(
     }
 
 
+def signature(body: bytes) -> str:
+    """The ``X-Hub-Signature-256`` GitHub sends for ``body`` under the bench source's secret."""
+    return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+
+
 def webhooks(port: int, tenant: str, n: int) -> list[bytes]:
     body = BODY.encode()
-    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    signed = signature(body)
     return [
         raw_post(
             port,
@@ -257,7 +262,7 @@ def webhooks(port: int, tenant: str, n: int) -> list[bytes]:
                 "Content-Type": "application/json",
                 "X-GitHub-Event": "push",
                 "X-GitHub-Delivery": secrets.token_hex(16),
-                "X-Hub-Signature-256": signature,
+                "X-Hub-Signature-256": signed,
             },
             body,
         )
@@ -326,8 +331,8 @@ def measure(name: str, env: dict, args) -> dict:
         ]
         drive(server.port, bare_requests * 50, args.concurrency)  # warm-up: connections, code paths
         drive(server.port, webhooks(server.port, tenant, 200), args.concurrency)
-        # A fresh database has no planner statistics: PostgreSQL would scan the whole queue for its
-        # tail instead of reading the index's last entry, as it does once autovacuum has run.
+        # A fresh database has no planner statistics: give it those autovacuum would have, before
+        # the statements are planned for good (prepared after a few runs).
         manage(env, "shell", "-c", ANALYZE)
         best_bare, best_intake, accepted, statuses, paired = None, None, [], Counter(), []
         workers = server.workers()
@@ -428,6 +433,21 @@ def run_sqlite(args, measure=measure) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def run_setups(args, measure=measure) -> dict[str, dict]:
+    """``measure`` on each set-up ``--only`` allows: PostgreSQL (when ``DATABASE_URL`` names a
+    server), then SQLite."""
+    database_url = os.environ.get("DATABASE_URL", "")
+    results = {}
+    if args.only in (None, "postgres"):
+        if database_url.startswith(("postgres://", "postgresql://")):
+            results["postgres"] = run_postgres(database_url, args, measure)
+        else:
+            print("postgres: skipped (DATABASE_URL names no PostgreSQL server)")
+    if args.only in (None, "sqlite"):
+        results["sqlite"] = run_sqlite(args, measure)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (a smoke test, not a measurement)")
@@ -441,15 +461,7 @@ def main() -> None:
     if args.quick:
         args.seconds, args.rounds = 0.3, 1
 
-    database_url = os.environ.get("DATABASE_URL", "")
-    results = {}
-    if args.only in (None, "postgres"):
-        if database_url.startswith(("postgres://", "postgresql://")):
-            results["postgres"] = run_postgres(database_url, args)
-        else:
-            print("postgres: skipped (DATABASE_URL names no PostgreSQL server)")
-    if args.only in (None, "sqlite"):
-        results["sqlite"] = run_sqlite(args)
+    results = run_setups(args)
 
     print(
         f"\ngunicorn {args.workers} workers x {args.threads} threads, {args.concurrency} client connections, "

@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.intake import BODY, SECRET, prepare, python, run_postgres, run_sqlite  # noqa: E402
+from bench.intake import BODY, prepare, python, run_setups, signature  # noqa: E402
 
 VIEWS = {"receive": "hooks.py", "bare": "intake_server.py"}
 
@@ -51,8 +50,6 @@ def count(name: str, env: dict, args) -> dict:
 
 
 def child(requests: int) -> None:
-    import hashlib
-    import hmac
     import secrets
 
     import django
@@ -62,7 +59,7 @@ def child(requests: int) -> None:
 
     tenant = sys.stdin.read().strip()
     body = BODY.encode()
-    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    signed = signature(body)
     answers = Counter()
 
     def environ(path: str, headers: dict) -> dict:
@@ -84,7 +81,7 @@ def child(requests: int) -> None:
             {
                 "HTTP_X_GITHUB_EVENT": "push",
                 "HTTP_X_GITHUB_DELIVERY": secrets.token_hex(16),
-                "HTTP_X_HUB_SIGNATURE_256": signature,
+                "HTTP_X_HUB_SIGNATURE_256": signed,
             },
         )
 
@@ -165,15 +162,7 @@ def main() -> None:
         child(args.requests)
         return
 
-    database_url = os.environ.get("DATABASE_URL", "")
-    results = {}
-    if args.only in (None, "postgres"):
-        if database_url.startswith(("postgres://", "postgresql://")):
-            results["postgres"] = run_postgres(database_url, args, measure=count)
-        else:
-            print("postgres: skipped (DATABASE_URL names no PostgreSQL server)")
-    if args.only in (None, "sqlite"):
-        results["sqlite"] = run_sqlite(args, measure=count)
+    results = run_setups(args, count)
 
     figures = {}
     for name, r in results.items():
