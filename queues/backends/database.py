@@ -165,6 +165,8 @@ class DatabaseFIFO(ReliableFIFO):
     def _tail(self, count: int) -> list[int]:
         """``count`` positions after the last item of main, in order (from the sequence on
         PostgreSQL, as every tail placement there)."""
+        if not count:  # nothing to place (a batch that found no rows): no query
+            return []
         connection = connections[self.using]
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
@@ -176,6 +178,8 @@ class DatabaseFIFO(ReliableFIFO):
 
     def _head(self, count: int) -> list[int]:
         """``count`` positions before the first item of main, in order."""
+        if not count:
+            return []
         first = self._rows(State.MAIN).aggregate(first=Min("position"))["first"]
         first = 1 if first is None else first
         return list(range(first - count, first))

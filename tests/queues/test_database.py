@@ -125,3 +125,12 @@ def test_the_sequence_starts_after_positions_given_before_it_existed(postgres, t
     queue = DatabaseFIFO("jobs")
     queue.enqueue("new")
     assert [item.payload for item in queue.claim(2)] == ["old", "new"]
+
+
+def test_a_requeue_that_finds_nothing_does_not_ask_for_positions(db, django_assert_num_queries):
+    queue = DatabaseFIFO("jobs")
+    queue.enqueue("a")
+    with django_assert_num_queries(1):  # the rows to move, none: no tail read or sequence draw
+        assert queue.requeue_ids([12345]) == 0
+    with django_assert_num_queries(1):
+        assert queue.requeue_failed() == 0
