@@ -14,6 +14,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from django.http import Http404, JsonResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
@@ -115,10 +116,20 @@ def errors(*statuses: int) -> dict:
     return {status: OpenApiResponse(ERROR) for status in statuses}
 
 
-class StrictSerializer(serializers.Serializer):
+class FloatNumber(serializers.FloatField):
+    """A JSON number: ``true`` is not 1.0, as DRF's ``FloatField`` would read it."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class RefusesUnknownFields:
     """A request body that refuses fields it does not know: a misspelt one is a 400 reported with
     every other problem of the body, never silently ignored (an ignored filter widens a bulk
-    action, an ignored option changes nothing the client asked for)."""
+    action, an ignored option changes nothing the client asked for, an ignored setting leaves a
+    connector as it was while the client reads 200)."""
 
     def problems(self, data: dict) -> dict:
         """What the fields themselves let pass, by field name; a subclass may add its own."""
@@ -133,3 +144,17 @@ class StrictSerializer(serializers.Serializer):
         if problems:
             raise serializers.ValidationError(problems)
         return value
+
+
+class StrictSerializer(RefusesUnknownFields, serializers.Serializer):
+    """An input body (``RefusesUnknownFields``)."""
+
+
+class StrictModelSerializer(RefusesUnknownFields, serializers.ModelSerializer):
+    """A model written through the API (``RefusesUnknownFields``). Its read-only fields may come
+    back, ignored, so a client can send what it read; its float fields refuse ``true``."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.FloatField: FloatNumber,
+    }

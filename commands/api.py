@@ -39,7 +39,15 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from ankusa_site.api import Access, Conflict, StrictSerializer, clean_model, errors, storable_json
+from ankusa_site.api import (
+    Access,
+    Conflict,
+    StrictModelSerializer,
+    StrictSerializer,
+    clean_model,
+    errors,
+    storable_json,
+)
 from commands import actions, intake_api
 from commands.explain import explain
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, Source
@@ -130,7 +138,7 @@ class TenantField(serializers.SlugRelatedField):
         super().__init__(slug_field="slug", queryset=Tenant.objects.all(), **kwargs)
 
 
-class Owned(serializers.ModelSerializer):
+class Owned(StrictModelSerializer):
     tenant = TenantField()
 
     def validate_tenant(self, tenant: Tenant) -> Tenant:

@@ -1,8 +1,12 @@
 """REST endpoints for tenants and their limit overrides.
 
 * ``GET /api/v1/tenants/`` (cursor pages by slug), ``GET /api/v1/tenants/{slug}/``: tenants with
-  each kind's effective limit and its source. ``POST`` / ``PUT`` / ``PATCH``: slug (on create),
-  name, active, max_body_bytes. A tenant's own limits are edited in the admin; overrides here:
+  their own limits and each kind's effective limit and its source. ``POST`` / ``PUT`` /
+  ``PATCH``: slug (on create), name, active, max_body_bytes, and the tenant's own limits
+  (``hooks_rate`` with ``hooks_burst``, ``bytes_rate`` with ``bytes_burst``: both of a kind or
+  neither; null: the site default), checked as the admin checks them. A change of its own limits
+  resets the tenant's buckets, as in the admin. Any field a tenant does not have is a 400;
+  ``limits`` is what applies, read-only. Overrides, which win over both:
 * ``GET|PUT|DELETE /api/v1/tenants/{slug}/limits/{kind}/``: one kind's effective limit; PUT sets
   the override (exactly ``rate`` and ``burst``, optional ``reason``/``expires_at``; any other field
   is a 400), DELETE removes it. Both reset the tenant's buckets (``limits.actions``).
@@ -16,6 +20,7 @@ any other tenant is a 404, like one that does not exist. Every error is JSON
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -25,7 +30,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ankusa_site.api import Access, StrictSerializer, clean_model, errors
+from ankusa_site.api import Access, FloatNumber, StrictModelSerializer, StrictSerializer, clean_model, errors
 from limits import actions
 from limits.authentication import tenant_of
 from limits.models import Kind, LimitOverride, Tenant
@@ -33,6 +38,8 @@ from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
 
 # A PUT body is four small fields; anything much bigger is not one.
 MAX_PUT_BYTES = 4096
+# A tenant's own limits, as the admin edits them (``limits.models.Tenant``).
+OWN_LIMIT_FIELDS = [f"{kind}_{part}" for kind in Kind.values for part in ("rate", "burst")]
 
 
 def limit_fields(effective: EffectiveLimit) -> dict:
@@ -73,16 +80,18 @@ LIMIT = inline_serializer(
 )
 
 
-class TenantSerializer(serializers.ModelSerializer):
+class TenantSerializer(StrictModelSerializer):
     """A tenant; ``max_body_bytes`` is written as the tenant's own (null: the site default) and read
-    as the one that applies."""
+    as the one that applies. The own limits are read and written as stored (null: not set)."""
 
     limits = serializers.SerializerMethodField()
 
     class Meta:
         model = Tenant
-        fields = ["slug", "name", "active", "max_body_bytes", "limits"]
-        extra_kwargs = {"max_body_bytes": {"max_value": 2**31 - 1}}
+        fields = ["slug", "name", "active", "max_body_bytes", *OWN_LIMIT_FIELDS, "limits"]
+        extra_kwargs = {"max_body_bytes": {"max_value": 2**31 - 1}} | {
+            name: {"max_value": 2**31 - 1} for name in OWN_LIMIT_FIELDS if name.endswith("_burst")
+        }
 
     @extend_schema_field(serializers.DictField(child=LIMIT))
     def get_limits(self, tenant: Tenant) -> dict:
@@ -96,6 +105,10 @@ class TenantSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict) -> dict:
         if self.instance is not None and "slug" in attrs and attrs["slug"] != self.instance.slug:
             raise serializers.ValidationError({"slug": ["A tenant's slug does not change."]})
+        # Compared before clean_model applies attrs to the instance.
+        self.own_limits_changed = self.instance is not None and any(
+            name in attrs and attrs[name] != getattr(self.instance, name) for name in OWN_LIMIT_FIELDS
+        )
         clean_model(self.instance or Tenant(), attrs)
         return attrs
 
@@ -120,6 +133,12 @@ class TenantViewSet(
     permission_model = "limits.tenant"
     tenant_reads = True
 
+    def perform_update(self, serializer):
+        with transaction.atomic():
+            tenant = serializer.save()
+            if serializer.own_limits_changed:
+                actions.reset_buckets_on_commit(tenant)
+
     def get_queryset(self):
         active = LimitOverride.objects.active(timezone.now())
         tenants = Tenant.objects.prefetch_related(
@@ -130,17 +149,10 @@ class TenantViewSet(
 
 
 class OverrideInput(StrictSerializer):
-    rate = serializers.FloatField()
+    rate = FloatNumber()
     burst = serializers.IntegerField()
     reason = serializers.CharField(max_length=500, allow_blank=True, required=False, default="")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
-
-    def problems(self, data: dict) -> dict:
-        # JSON true is not a rate: DRF's FloatField would read it as 1.0.
-        wrong = {
-            name: ["Must be a number."] for name in ("rate", "burst") if isinstance(data.get(name), bool)
-        }
-        return {**super().problems(data), **wrong}
 
 
 OVERRIDE_FIELDS = (

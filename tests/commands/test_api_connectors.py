@@ -152,3 +152,26 @@ def test_connectors_and_sources_filter_by_tenant_kind_and_enabled(world, call):
     assert sorted(row["slug"] for row in data["results"]) == ["orders", "spare"]
     status, data = call("viewer", "GET", "/api/v1/connectors/?kind=telegraph")
     assert (status, data["error"]) == (400, "invalid")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "fields"),
+    [
+        ("connectors", {"idempotnet": True}, {"idempotnet": ["Unknown field."]}),
+        ("connectors", {"read_timeout_s": True}, {"read_timeout_s": ["A valid number is required."]}),
+        ("sources", {"need_approval": True}, {"need_approval": ["Unknown field."]}),
+    ],
+)
+def test_a_field_a_connector_or_source_does_not_have_is_a_400_not_ignored(world, call, path, body, fields):
+    row = world.a.connector if path == "connectors" else world.a.source
+    before = call("admin", "GET", f"/api/v1/{path}/{row.pk}/")[1]
+    status, data = call("admin", "PATCH", f"/api/v1/{path}/{row.pk}/", body)
+    assert (status, data["error"], data["fields"]) == (400, "invalid", fields)
+    assert call("admin", "GET", f"/api/v1/{path}/{row.pk}/")[1] == before
+
+
+def test_a_connector_read_and_sent_back_whole_is_accepted(world, call):
+    path = f"/api/v1/connectors/{world.a.connector.pk}/"
+    read = call("admin", "GET", path)[1]
+    status, data = call("admin", "PUT", path, {**read, "name": "renamed"})
+    assert (status, data["name"]) == (200, "renamed"), data

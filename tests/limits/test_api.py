@@ -41,6 +41,7 @@ def test_the_tenant_list_shows_each_kinds_effective_limit_and_source(api, tenant
     assert response.json()["results"] == [
         {
             "slug": "acme", "name": "Acme", "active": True, "max_body_bytes": 1048576,
+            "hooks_rate": 5.0, "hooks_burst": 10, "bytes_rate": None, "bytes_burst": None,
             "limits": {
                 "hooks": {"rate": 5.0, "burst": 10, "source": "tenant"},
                 "bytes": {"rate": 100.0, "burst": 500, "source": "override"},
@@ -48,6 +49,7 @@ def test_the_tenant_list_shows_each_kinds_effective_limit_and_source(api, tenant
         },
         {
             "slug": "beta", "name": "Beta", "active": True, "max_body_bytes": 1048576,
+            "hooks_rate": None, "hooks_burst": None, "bytes_rate": None, "bytes_burst": None,
             "limits": {
                 "hooks": {"rate": None, "burst": None, "source": "unlimited"},
                 "bytes": {"rate": None, "burst": None, "source": "unlimited"},
@@ -115,7 +117,8 @@ def test_delete_removes_the_override(api, tenant):
         ({"rate": 1, "burst": 0}, "burst: must be at least 1."),
         ({"rate": 1, "burst": 1.5}, "burst: A valid integer is required."),
         ({"rate": "fast", "burst": 1}, "rate: A valid number is required."),
-        ({"rate": True, "burst": 1}, "rate: Must be a number."),
+        ({"rate": True, "burst": 1}, "rate: A valid number is required."),
+        ({"rate": 1, "burst": True}, "burst: A valid integer is required."),
         ({"rate": 1e12, "burst": 1}, "rate: must be at most 1000000000 per second."),
         ({"burst": 1}, "rate: This field is required."),
         ({"rate": 1, "burst": 1, "expires_at": "2001-01-01T00:00:00Z"}, "expires_at: Must be in the future."),
@@ -183,3 +186,78 @@ def test_post_is_not_allowed(api, tenant):
     response = api.post(URL, {"rate": 1, "burst": 1}, format="json")
     assert response.status_code == 405
     assert response.json()["error"] == "method_not_allowed"
+
+
+TENANT_URL = "/api/v1/tenants/acme/"
+
+
+def test_patch_sets_a_tenants_own_limit_and_resets_its_buckets(
+    api, tenant, django_capture_on_commit_callbacks
+):
+    for _ in range(10):
+        admit(tenant, 0)
+    assert isinstance(admit(tenant, 0).result, RateLimited)
+    with django_capture_on_commit_callbacks(execute=True):
+        # Lower than the debt already run up: only a reset lets the next request through.
+        response = api.patch(TENANT_URL, {"hooks_rate": 1, "hooks_burst": 5}, format="json")
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["hooks_rate"], body["hooks_burst"]) == (1.0, 5)
+    assert body["limits"]["hooks"] == {"rate": 1.0, "burst": 5, "source": "tenant"}
+    tenant.refresh_from_db()
+    assert tenant.own_limit("hooks") == (1.0, 5)
+    assert isinstance(admit(tenant, 0).result, Ok)
+
+
+def test_clearing_a_tenants_own_limit_falls_back_to_the_site_default(api, tenant, settings):
+    settings.ANKUSA_DEFAULT_HOOKS_RATE, settings.ANKUSA_DEFAULT_HOOKS_BURST = 2.0, 4
+    response = api.patch(TENANT_URL, {"hooks_rate": None, "hooks_burst": None}, format="json")
+    assert response.status_code == 200
+    assert response.json()["limits"]["hooks"] == {"rate": 2.0, "burst": 4, "source": "default"}
+    tenant.refresh_from_db()
+    assert tenant.own_limit("hooks") is None
+
+
+def test_a_change_that_leaves_the_own_limits_alone_keeps_the_buckets(
+    api, tenant, django_capture_on_commit_callbacks
+):
+    for _ in range(10):
+        admit(tenant, 0)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.patch(
+            TENANT_URL, {"name": "Acme Corp", "hooks_rate": 5, "hooks_burst": 10}, format="json"
+        )
+    assert response.status_code == 200
+    assert isinstance(admit(tenant, 0).result, RateLimited)
+
+
+def test_a_tenant_read_and_put_back_whole_is_accepted(api, tenant):
+    read = api.get(TENANT_URL).json()
+    response = api.put(TENANT_URL, {**read, "name": "Acme Corp"}, format="json")
+    assert response.status_code == 200
+    assert {k: v for k, v in response.json().items() if k != "name"} == {
+        k: v for k, v in read.items() if k != "name"
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "fields"),
+    [
+        ({"bytes_rate": 5}, {"bytes_burst": ["Set both bytes_rate and bytes_burst, or neither."]}),
+        ({"hooks_burst": None}, {"hooks_burst": ["Set both hooks_rate and hooks_burst, or neither."]}),
+        ({"hooks_rate": 0}, {"hooks_rate": ["must be greater than 0."]}),
+        ({"hooks_rate": 1e12}, {"hooks_rate": ["must be at most 1000000000 per second."]}),
+        ({"hooks_rate": True}, {"hooks_rate": ["A valid number is required."]}),
+        ({"hooks_rate": "fast"}, {"hooks_rate": ["A valid number is required."]}),
+        ({"hooks_burst": 0}, {"hooks_burst": ["must be at least 1."]}),
+        ({"hooks_burst": -1}, {"hooks_burst": ["Ensure this value is greater than or equal to 0."]}),
+        ({"hooks_burst": 2**31}, {"hooks_burst": ["Ensure this value is less than or equal to 2147483647."]}),
+        ({"hooks_limit": 5}, {"hooks_limit": ["Unknown field."]}),
+    ],
+)
+def test_a_bad_own_limit_is_a_400_naming_the_field_and_changes_nothing(api, tenant, body, fields):
+    response = api.patch(TENANT_URL, body, format="json")
+    assert response.status_code == 400, response.json()
+    assert (response.json()["error"], response.json()["fields"]) == ("invalid", fields)
+    tenant.refresh_from_db()
+    assert (tenant.own_limit("hooks"), tenant.own_limit("bytes")) == ((5.0, 10), None)

@@ -1,5 +1,5 @@
 """REST: tenants — a tenant token sees its own tenant only; admins create and change tenants (never
-their slug); a tenant's own limits stay in the admin, overrides have their own endpoint."""
+their slug) and their own limits (tests/limits/test_api.py); overrides have their own endpoint."""
 
 from __future__ import annotations
 
@@ -54,3 +54,11 @@ def test_a_bad_tenant_is_a_400_naming_the_field(world, call, method, path, body,
 def test_there_is_no_deleting_a_tenant_through_the_api(world, call):
     status, data = call("admin", "DELETE", "/api/v1/tenants/acme/")
     assert (status, data["error"]) == (405, "method_not_allowed")
+
+
+def test_a_tenant_token_cannot_raise_its_own_limits(world, call):
+    status, data = call(
+        "tenant_a", "PATCH", "/api/v1/tenants/acme/", {"hooks_rate": 1e6, "hooks_burst": 10**6}
+    )
+    assert (status, data["error"]) == (403, "permission_denied")
+    assert Tenant.objects.get(slug="acme").own_limit("hooks") != (1e6, 10**6)
