@@ -11,13 +11,17 @@ no database stores (:func:`storable_json`), ids past 2**63-1 (refused before any
 
 from __future__ import annotations
 
+import django_filters
+from django import forms
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from django.http import Http404, JsonResponse
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
 from ankusa_site.permissions import Access  # noqa: F401 - the views' one import
@@ -158,3 +162,52 @@ class StrictModelSerializer(RefusesUnknownFields, serializers.ModelSerializer):
         **serializers.ModelSerializer.serializer_field_mapping,
         models.FloatField: FloatNumber,
     }
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    """``true`` or ``false`` (also ``1``/``0``, any case); anything else is a 400. django-filter's
+    own reads an unknown value as "no filter", which answers every row."""
+
+    class field_class(forms.NullBooleanField):
+        widget = forms.TextInput
+
+        def to_python(self, value):
+            text = str(value).strip().lower() if value is not None else ""
+            if text == "":
+                return None
+            if text in ("true", "1"):
+                return True
+            if text in ("false", "0"):
+                return False
+            raise DjangoValidationError("Use true or false.", code="invalid")
+
+
+class StrictFilterSet(django_filters.FilterSet):
+    """A list's filters, whose booleans are ``StrictBooleanFilter``."""
+
+    FILTER_DEFAULTS = {
+        **django_filters.FilterSet.FILTER_DEFAULTS,
+        models.BooleanField: {"filter_class": StrictBooleanFilter},
+    }
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter's backend (``REST_FRAMEWORK["DEFAULT_FILTER_BACKENDS"]``), which also refuses a
+    list's query parameter that is neither one of its filters nor the pagination's nor ``format``:
+    a misspelt filter (``?stat=failed``) would otherwise answer every row as if it had narrowed
+    them. A 400 names each unknown parameter and lists the known ones."""
+
+    def filter_queryset(self, request, queryset, view):
+        if getattr(view, "action", None) == "list":
+            filterset = self.get_filterset_class(view, queryset)
+            known = set(filterset.base_filters) if filterset is not None else set()
+            paginator = getattr(view, "paginator", None)
+            for name in ("cursor_query_param", "page_query_param", "page_size_query_param"):
+                if getattr(paginator, name, None):
+                    known.add(getattr(paginator, name))
+            known.add(api_settings.URL_FORMAT_OVERRIDE)
+            unknown = sorted(set(request.query_params) - known)
+            if unknown:
+                hint = f"Unknown query parameter; use {', '.join(sorted(known))}."
+                raise exceptions.ValidationError({name[:64]: [hint] for name in unknown[:20]})
+        return super().filter_queryset(request, queryset, view)

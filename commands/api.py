@@ -42,6 +42,7 @@ from rest_framework.reverse import reverse
 from ankusa_site.api import (
     Access,
     Conflict,
+    StrictFilterSet,
     StrictModelSerializer,
     StrictSerializer,
     clean_model,
@@ -125,7 +126,7 @@ class Editable(Scoped, viewsets.ModelViewSet):
             ) from None
 
 
-class TenantFilterSet(django_filters.FilterSet):
+class TenantFilterSet(StrictFilterSet):
     """Filters of a tenant's rows, starting with the tenant by slug."""
 
     tenant = django_filters.CharFilter(field_name="tenant__slug", max_length=64)
@@ -759,7 +760,7 @@ class AuditEntryDetailSerializer(AuditEntrySerializer):
         return sorted(entry.commands.values_list("pk", flat=True))
 
 
-class AuditFilter(django_filters.FilterSet):
+class AuditFilter(StrictFilterSet):
     action = django_filters.ChoiceFilter(choices=AuditEntry.Action.choices)
     via = django_filters.ChoiceFilter(choices=[("admin", "admin"), ("api", "API")])
     command = IdFilter(field_name="commands__id")

@@ -129,7 +129,6 @@ class TenantViewSet(
     pagination_class = SlugCursor
     lookup_field = "slug"
     lookup_value_regex = r"[-a-zA-Z0-9_]{1,64}"
-    filter_backends = []
     permission_model = "limits.tenant"
     tenant_reads = True
 
