@@ -174,10 +174,16 @@ class Plan:
         }
 
 
+def overridable(action: str) -> bool:
+    """Whether ``action`` has guards an override lifts: only a resend (approve and cancel have
+    none). An override asked for any other action is no override."""
+    return action == "resend"
+
+
 def plan(action: str, queryset, *, override: bool = False, user=None) -> Plan:
     """The dry run of ``action`` on ``queryset`` (one query; nothing written). With ``user``, only
     if that user may run it (a plan tells what the caller may do, not what others may)."""
-    override = override and action == "resend"  # only a resend has guards to override
+    override = override and overridable(action)
     if user is not None:
         check_permission(user, action, override=override)
     counts = _classify(action, queryset)
@@ -258,7 +264,7 @@ def perform(
     rng: random.Random | None = None,
 ) -> Done:
     """Run ``action`` on ``queryset``; see the module docstring. ``via``: "admin" or "api"."""
-    override = override and action == "resend"
+    override = override and overridable(action)
     check_permission(user, action, override=override)
     reason = _clean_reason(reason, required=override)
     now = now or timezone.now()

@@ -115,7 +115,7 @@ class CommandActions:
         return f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{view}"
 
     def _confirm(self, request, queryset, action: str, name: str):
-        override = action == "resend" and request.POST.get("override") == "on"
+        override = actions.overridable(action) and request.POST.get("override") == "on"
         reason = request.POST.get("reason", "")  # perform refuses one too long, with the limit
         error = None
         if request.method == "POST" and request.POST.get("confirmed") == "yes":
@@ -129,7 +129,7 @@ class CommandActions:
                 level = messages.SUCCESS if done.done else messages.WARNING
                 self.message_user(request, done.summary(), level)
                 return None
-        can_override = action == "resend" and self.has_override_permission(request)
+        can_override = actions.overridable(action) and self.has_override_permission(request)
         plan = actions.plan(action, queryset)
         with_override = plan.overridden() if can_override else None
         context = {
