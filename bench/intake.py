@@ -274,11 +274,13 @@ def webhooks(port: int, tenant: str, n: int) -> list[bytes]:
 
 
 class Server:
-    def __init__(self, env: dict, workers: int, threads: int):
+    """gunicorn serving ``bench/intake_server.py`` with the deployed server's settings
+    (``ankusa_site.gunicorn_conf``, as deploy/Procfile), or the settings module ``config`` names."""
+
+    def __init__(self, env: dict, workers: int, threads: int, config: str = "ankusa_site.gunicorn_conf"):
         self.port = free_port()
-        # The deployed server's settings (deploy/Procfile), with the bench's own app and shape.
         command = [sys.executable, "-m", "gunicorn", "bench.intake_server", "--bind", f"127.0.0.1:{self.port}",
-                   "--config", "python:ankusa_site.gunicorn_conf",
+                   "--config", f"python:{config}",
                    "--workers", str(workers), "--threads", str(threads)]  # fmt: skip
         self.process = subprocess.Popen(
             command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

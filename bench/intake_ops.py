@@ -19,6 +19,13 @@ the bare view and a GitHub-signed webhook, each with its own delivery id. The la
 ``opcodes_bare``, ``opcodes_webhook`` and ``intake_vs_bare_view_opcodes`` (bare ÷ webhook) per
 set-up, and where a webhook's instructions go (``webhook_parts``: the view's own callees, and the
 framework around it).
+
+Before counting, untraced, it also times the child's own CPU per request (``time.process_time``:
+its threads and the kernel's work for it, not PostgreSQL's or Redis'), in 5 alternating blocks of
+``--requests`` of each kind: ``cpu_us_bare``, ``cpu_us_webhook`` (medians) and
+``intake_vs_bare_view_inprocess_cpu`` (bare ÷ webhook) — what a request costs one worker with no
+gunicorn, no other threads and no waiting for the GIL, so the rest of a webhook's cost under the
+benchmark is the servers', the wake-ups' and the contention's.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import statistics
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.intake import BODY, prepare, python, run_setups, signature  # noqa: E402
 
 VIEWS = {"receive": "hooks.py", "bare": "intake_server.py"}
+# Untraced blocks of ``--requests`` of each kind, alternating, for the CPU per request.
+CPU_BLOCKS = 5
 
 
 def count(name: str, env: dict, args) -> dict:
@@ -116,8 +127,19 @@ def child(requests: int) -> None:
             sys.settrace(None)
         return sum(parts.values()), parts
 
+    def cpu_us(make) -> float:
+        """This process's CPU per request (all its threads, kernel included), not traced."""
+        environs = [make() for _ in range(requests)]
+        started = time.process_time()
+        serve(environs)
+        return (time.process_time() - started) / requests * 1e6
+
     for make in (bare, webhook):  # warm-up: imports, caches, prepared statements, the kept route
         serve([make() for _ in range(50)])
+    timed = {"bare": [], "webhook": []}
+    for _ in range(CPU_BLOCKS):  # alternating, so both kinds share the machine's moods
+        timed["bare"].append(cpu_us(bare))
+        timed["webhook"].append(cpu_us(webhook))
     answers.clear()
     bare_total, _ = counted(bare)
     webhook_total, parts = counted(webhook)
@@ -126,6 +148,8 @@ def child(requests: int) -> None:
             {
                 "opcodes_bare": round(bare_total / requests),
                 "opcodes_webhook": round(webhook_total / requests),
+                "cpu_us_bare": round(statistics.median(timed["bare"])),
+                "cpu_us_webhook": round(statistics.median(timed["webhook"])),
                 "answers": dict(answers),
                 "webhook_parts": {part: round(n / requests) for part, n in parts.most_common()},
             }
@@ -170,6 +194,10 @@ def main() -> None:
         print(
             f"\n{name}: bare view {r['opcodes_bare']:,} opcodes a request, webhook {r['opcodes_webhook']:,}"
         )
+        print(
+            f"  this process's CPU a request, untraced: bare view {r['cpu_us_bare']:,} µs,"
+            f" webhook {r['cpu_us_webhook']:,} µs"
+        )
         print(f"  answers {r['answers']}; where a webhook's go:")
         for part, n in r["webhook_parts"].items():
             print(f"  {n:8,}  {part}")
@@ -178,6 +206,9 @@ def main() -> None:
             f"opcodes_bare{suffix}": r["opcodes_bare"],
             f"opcodes_webhook{suffix}": r["opcodes_webhook"],
             f"intake_vs_bare_view_opcodes{suffix}": round(ratio, 3),
+            f"cpu_us_bare{suffix}": r["cpu_us_bare"],
+            f"cpu_us_webhook{suffix}": r["cpu_us_webhook"],
+            f"intake_vs_bare_view_inprocess_cpu{suffix}": round(r["cpu_us_bare"] / r["cpu_us_webhook"], 3),
             f"answers{suffix}": r["answers"],
         }
     print(json.dumps(figures))

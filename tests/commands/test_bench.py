@@ -1,5 +1,5 @@
-"""``bench/dispatch.py --quick`` and ``bench/intake.py --quick`` still run and end with their JSON line
-(smoke tests, not measurements)."""
+"""``bench/dispatch.py``, ``bench/intake.py``, ``bench/intake_ops.py`` and ``bench/intake_ab.py`` still
+run, short, and end with their JSON line (smoke tests, not measurements)."""
 
 import json
 import os
@@ -58,4 +58,14 @@ def test_the_intake_instruction_count_runs_and_every_webhook_was_accepted(servic
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["answers_sqlite"] == {"202": 10}  # five counted of each kind; the bare view says 202 too
     assert figures["opcodes_webhook_sqlite"] > figures["opcodes_bare_sqlite"] > 0
+    assert figures["cpu_us_webhook_sqlite"] > 0 and figures["cpu_us_bare_sqlite"] > 0
     assert ("opcodes_webhook" in figures) == database.startswith("postgres")
+
+
+def test_the_gunicorn_settings_comparison_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
+    database = os.environ.get("DATABASE_URL", "")
+    figures = quick_figures("bench/intake_ab.py", {**service_env, "DATABASE_URL": database})
+    assert (figures["accepted_not_stored"], figures["quick"]) == (0, True)
+    assert figures["webhook_cpu_candidate_vs_baseline_sqlite"] > 0
+    assert set(figures["cpu_ms_webhook_sqlite"]) == {"baseline", "candidate"}
+    assert ("webhook_cpu_candidate_vs_baseline" in figures) == database.startswith("postgres")

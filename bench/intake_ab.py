@@ -1,0 +1,124 @@
+"""Benchmark: the machine's CPU per webhook under two gunicorn settings modules, served side by side
+and measured in alternating rounds of one run, and the ratio of the two.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db> .venv/bin/python bench/intake_ab.py [--quick]
+        [--only postgres|sqlite] [--baseline bench.gunicorn_unfrozen]
+        [--candidate ankusa_site.gunicorn_conf]
+
+Why: on a shared two-core machine the throughput ratio of ``bench/intake.py`` moves with the
+machine's load by more than a change of a few percent, so a change to how the server runs cannot be
+seen there. Here two gunicorn servers run at once on the same throw-away database and store (the
+set-ups of ``bench/intake.py``), one per settings module, and this process drives them in turns:
+a round of bare requests and a round of webhooks on the baseline, the same on the candidate, and
+again, ``--rounds`` times. Neighbouring rounds share the machine's load, and the median of each
+server's CPU per request (read from ``/proc`` around each round, the whole machine) compares them.
+
+By default it compares the deployed settings (``ankusa_site.gunicorn_conf``, whose workers freeze
+what they loaded out of the garbage collector's sight) with the same settings without the freeze
+(``bench/gunicorn_unfrozen.py``).
+
+The last line is JSON, per set-up (``_sqlite`` for SQLite): ``cpu_ms_webhook`` and ``cpu_ms_bare``
+(median machine CPU per request, for ``baseline`` and ``candidate``), ``webhook_cpu_candidate_vs_baseline``
+(the candidate's median over the baseline's: below 1, a webhook costs the machine less under the
+candidate), the same for the bare view, and ``accepted_not_stored`` over every round (must be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.intake import (  # noqa: E402
+    ANALYZE,
+    BARE_CAP_PER_S,
+    BODY,
+    CHECK,
+    INTAKE_CAP_PER_S,
+    Server,
+    drive,
+    manage,
+    prepare,
+    raw_post,
+    run_setups,
+    webhooks,
+)
+
+
+def measure(name: str, env: dict, args) -> dict:
+    tenant = prepare(env)
+    servers = {role: Server(env, args.workers, args.threads, config) for role, config in args.variants}
+    accepted, cpu = [], {role: {"bare": [], "webhook": []} for role in servers}
+    try:
+        for server in servers.values():  # warm-up: connections, code paths, prepared statements
+            drive(server.port, [bare_request(server.port)] * 50, args.concurrency)
+            drive(server.port, webhooks(server.port, tenant, 200), args.concurrency)
+        manage(env, "shell", "-c", ANALYZE)
+        for _ in range(args.rounds):
+            for role, server in servers.items():
+                workers = server.workers()
+                bare = [bare_request(server.port)] * int(BARE_CAP_PER_S * args.seconds)
+                bare = drive(server.port, bare, args.concurrency, workers, args.seconds)
+                hooks = webhooks(server.port, tenant, int(INTAKE_CAP_PER_S * args.seconds))
+                intake = drive(server.port, hooks, args.concurrency, workers, args.seconds)
+                accepted += intake["accepted"]
+                cpu[role]["bare"].append(bare["cpu_ms"]["machine"])
+                cpu[role]["webhook"].append(intake["cpu_ms"]["machine"])
+                print(
+                    f"  {name} {role:<9} bare {bare['per_s']:6.0f}/s {bare['cpu_ms']['machine']:.3f} ms"
+                    f"   webhooks {intake['per_s']:5.0f}/s {intake['cpu_ms']['machine']:.3f} ms",
+                    flush=True,
+                )
+    finally:
+        for server in servers.values():
+            server.stop()
+    check = json.loads(manage(env, "shell", "-c", CHECK, stdin=json.dumps(accepted)).strip().splitlines()[-1])
+    medians = {
+        role: {kind: statistics.median(ms) for kind, ms in kinds.items()} for role, kinds in cpu.items()
+    }
+    return {"tenant": tenant, "medians": medians, "accepted_not_stored": check["missing"]}
+
+
+def bare_request(port: int) -> bytes:
+    return raw_post(port, "/bench/bare/", {"Content-Type": "application/json"}, BODY.encode())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (a smoke test, not a measurement)")
+    parser.add_argument("--only", choices=["postgres", "sqlite"])
+    parser.add_argument("--baseline", default="bench.gunicorn_unfrozen", help="a gunicorn settings module")
+    parser.add_argument("--candidate", default="ankusa_site.gunicorn_conf", help="a gunicorn settings module")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each round (default 3)")
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds = 0.3, 1
+    args.variants = [("baseline", args.baseline), ("candidate", args.candidate)]
+
+    results = run_setups(args, measure)
+
+    print(f"\nbaseline {args.baseline}, candidate {args.candidate}: median machine CPU ms per request")
+    print(f"{'set-up':<10} {'kind':<8} {'baseline':>9} {'candidate':>10} {'ratio':>6}")
+    figures = {}
+    for name, r in results.items():
+        suffix = "" if name == "postgres" else f"_{name}"
+        for kind in ("webhook", "bare"):
+            base, cand = r["medians"]["baseline"][kind], r["medians"]["candidate"][kind]
+            print(f"{name:<10} {kind:<8} {base:9.3f} {cand:10.3f} {cand / base:6.3f}")
+            figures[f"cpu_ms_{kind}{suffix}"] = {"baseline": round(base, 3), "candidate": round(cand, 3)}
+            figures[f"{kind}_cpu_candidate_vs_baseline{suffix}"] = round(cand / base, 3)
+    figures["accepted_not_stored"] = sum(r["accepted_not_stored"] for r in results.values())
+    figures["quick"] = args.quick
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
