@@ -452,8 +452,9 @@ def run_setups(args, measure=measure) -> dict[str, dict]:
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def rounds_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a benchmark that serves the set-ups with gunicorn and drives them in rounds."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a short run (a smoke test, not a measurement)")
     parser.add_argument("--only", choices=["postgres", "sqlite"])
     parser.add_argument("--workers", type=int, default=2)
@@ -461,9 +462,18 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each round (default 3)")
     parser.add_argument("--rounds", type=int, default=6)
+    return parser
+
+
+def parse_rounds(parser: argparse.ArgumentParser) -> argparse.Namespace:
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.rounds = 0.3, 1
+    return args
+
+
+def main() -> None:
+    args = parse_rounds(rounds_parser(__doc__.splitlines()[0]))
 
     results = run_setups(args)
 

@@ -25,7 +25,6 @@ candidate), the same for the bare view, and ``accepted_not_stored`` over every r
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -42,8 +41,10 @@ from bench.intake import (  # noqa: E402
     Server,
     drive,
     manage,
+    parse_rounds,
     prepare,
     raw_post,
+    rounds_parser,
     run_setups,
     webhooks,
 )
@@ -88,19 +89,10 @@ def bare_request(port: int) -> bytes:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run (a smoke test, not a measurement)")
-    parser.add_argument("--only", choices=["postgres", "sqlite"])
+    parser = rounds_parser(__doc__.splitlines()[0])
     parser.add_argument("--baseline", default="bench.gunicorn_unfrozen", help="a gunicorn settings module")
     parser.add_argument("--candidate", default="ankusa_site.gunicorn_conf", help="a gunicorn settings module")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of each round (default 3)")
-    parser.add_argument("--rounds", type=int, default=6)
-    args = parser.parse_args()
-    if args.quick:
-        args.seconds, args.rounds = 0.3, 1
+    args = parse_rounds(parser)
     args.variants = [("baseline", args.baseline), ("candidate", args.candidate)]
 
     results = run_setups(args, measure)
