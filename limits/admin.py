@@ -13,10 +13,8 @@ from django.utils import timezone
 
 from ankusa_site.admin import ModelAdmin
 from limits import actions, tokens
-from limits.models import ApiToken, Kind, LimitOverride, Tenant
+from limits.models import OWN_LIMIT_FIELDS, ApiToken, LimitOverride, Tenant
 from limits.quotas import effective_limits
-
-LIMIT_FIELDS = {f"{kind}_{part}" for kind in Kind.values for part in ("rate", "burst")}
 
 
 class LimitOverrideInline(admin.TabularInline):
@@ -73,7 +71,7 @@ class TenantAdmin(ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
-        if change and LIMIT_FIELDS & set(form.changed_data):
+        if change and set(OWN_LIMIT_FIELDS) & set(form.changed_data):
             self._reset(request, obj)
 
     def save_formset(self, request, form, formset, change):

@@ -33,13 +33,11 @@ from rest_framework.views import APIView
 from ankusa_site.api import Access, FloatNumber, StrictModelSerializer, StrictSerializer, clean_model, errors
 from limits import actions
 from limits.authentication import tenant_of
-from limits.models import Kind, LimitOverride, Tenant
+from limits.models import OWN_LIMIT_FIELDS, Kind, LimitOverride, Tenant
 from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
 
 # A PUT body is four small fields; anything much bigger is not one.
 MAX_PUT_BYTES = 4096
-# A tenant's own limits, as the admin edits them (``limits.models.Tenant``).
-OWN_LIMIT_FIELDS = [f"{kind}_{part}" for kind in Kind.values for part in ("rate", "burst")]
 
 
 def limit_fields(effective: EffectiveLimit) -> dict:

@@ -41,6 +41,11 @@ class LimitSource(models.TextChoices):
     UNLIMITED = "unlimited", "unlimited"
 
 
+# A tenant's own limits, as its fields are named (``hooks_rate``, ``hooks_burst``, ...): what the
+# admin and the API edit, and whose change resets the tenant's buckets.
+OWN_LIMIT_FIELDS = tuple(f"{kind}_{part}" for kind in Kind.values for part in ("rate", "burst"))
+
+
 def _limit_errors(fields: dict[str, str], rate, burst) -> dict[str, str]:
     """Validation errors of one rate/burst pair, keyed by the model's field names."""
     if rate is None or burst is None:
