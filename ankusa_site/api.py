@@ -11,6 +11,8 @@ no database stores (:func:`storable_json`), ids past 2**63-1 (refused before any
 
 from __future__ import annotations
 
+import copy
+
 import django_filters
 from django import forms
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -74,15 +76,18 @@ class Conflict(exceptions.APIException):
 
 
 def clean_model(instance, attrs: dict, *, exclude: tuple[str, ...] = ()) -> None:
-    """The model's own validation (field validators, ``clean()``, unique constraints) on ``instance``
-    with ``attrs`` applied, as DRF errors: the API refuses exactly what the admin refuses, and a
-    duplicate name is a 400 rather than an IntegrityError. Many-to-many values are not applied."""
+    """The model's own validation (field validators, ``clean()``, unique constraints) on a copy of
+    ``instance`` with ``attrs`` applied, as DRF errors: the API refuses exactly what the admin
+    refuses, and a duplicate name is a 400 rather than an IntegrityError. Many-to-many values are
+    not applied. ``instance`` itself keeps what was stored until the serializer saves, so a view
+    can still tell what a write changed."""
+    candidate = copy.copy(instance)
     many_to_many = {f.name for f in instance._meta.many_to_many}
     for name, value in attrs.items():
         if name not in many_to_many:
-            setattr(instance, name, value)
+            setattr(candidate, name, value)
     try:
-        instance.full_clean(exclude=list(exclude))
+        candidate.full_clean(exclude=list(exclude))
     except DjangoValidationError as exc:
         errors = exc.message_dict
         if "__all__" in errors:  # DRF's name for an error of no one field

@@ -20,7 +20,6 @@ any other tenant is a 404, like one that does not exist. Every error is JSON
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -103,10 +102,6 @@ class TenantSerializer(StrictModelSerializer):
     def validate(self, attrs: dict) -> dict:
         if self.instance is not None and "slug" in attrs and attrs["slug"] != self.instance.slug:
             raise serializers.ValidationError({"slug": ["A tenant's slug does not change."]})
-        # Compared before clean_model applies attrs to the instance.
-        self.own_limits_changed = self.instance is not None and any(
-            name in attrs and attrs[name] != getattr(self.instance, name) for name in OWN_LIMIT_FIELDS
-        )
         clean_model(self.instance or Tenant(), attrs)
         return attrs
 
@@ -131,10 +126,10 @@ class TenantViewSet(
     tenant_reads = True
 
     def perform_update(self, serializer):
-        with transaction.atomic():
-            tenant = serializer.save()
-            if serializer.own_limits_changed:
-                actions.reset_buckets_on_commit(tenant)
+        stored = [getattr(serializer.instance, name) for name in OWN_LIMIT_FIELDS]
+        tenant = serializer.save()
+        if [getattr(tenant, name) for name in OWN_LIMIT_FIELDS] != stored:
+            actions.reset_buckets_on_commit(tenant)
 
     def get_queryset(self):
         active = LimitOverride.objects.active(timezone.now())

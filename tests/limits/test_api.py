@@ -198,14 +198,15 @@ def test_patch_sets_a_tenants_own_limit_and_resets_its_buckets(
         admit(tenant, 0)
     assert isinstance(admit(tenant, 0).result, RateLimited)
     with django_capture_on_commit_callbacks(execute=True):
-        # Lower than the debt already run up: only a reset lets the next request through.
-        response = api.patch(TENANT_URL, {"hooks_rate": 1, "hooks_burst": 5}, format="json")
+        # A window of 50 ms, far shorter than the 2 s of debt run up at 5/s: only a reset lets the
+        # next request through.
+        response = api.patch(TENANT_URL, {"hooks_rate": 100, "hooks_burst": 5}, format="json")
     assert response.status_code == 200
     body = response.json()
-    assert (body["hooks_rate"], body["hooks_burst"]) == (1.0, 5)
-    assert body["limits"]["hooks"] == {"rate": 1.0, "burst": 5, "source": "tenant"}
+    assert (body["hooks_rate"], body["hooks_burst"]) == (100.0, 5)
+    assert body["limits"]["hooks"] == {"rate": 100.0, "burst": 5, "source": "tenant"}
     tenant.refresh_from_db()
-    assert tenant.own_limit("hooks") == (1.0, 5)
+    assert tenant.own_limit("hooks") == (100.0, 5)
     assert isinstance(admit(tenant, 0).result, Ok)
 
 
