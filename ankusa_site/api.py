@@ -169,22 +169,27 @@ class StrictModelSerializer(RefusesUnknownFields, serializers.ModelSerializer):
     }
 
 
-class StrictBooleanFilter(django_filters.BooleanFilter):
-    """``true`` or ``false`` (also ``1``/``0``, any case); anything else is a 400. django-filter's
-    own reads an unknown value as "no filter", which answers every row."""
+class TrueOrFalse(forms.NullBooleanField):
+    """``true`` or ``false`` (also ``1``/``0``, any case), or nothing; anything else is invalid.
+    Django's own field reads an unknown value as nothing."""
 
-    class field_class(forms.NullBooleanField):
-        widget = forms.TextInput
+    widget = forms.TextInput
+    VALUES = {"true": True, "1": True, "false": False, "0": False}
 
-        def to_python(self, value):
-            text = str(value).strip().lower() if value is not None else ""
-            if text == "":
-                return None
-            if text in ("true", "1"):
-                return True
-            if text in ("false", "0"):
-                return False
+    def to_python(self, value):
+        text = "" if value is None else str(value).strip().lower()
+        if text == "":
+            return None
+        if text not in self.VALUES:
             raise DjangoValidationError("Use true or false.", code="invalid")
+        return self.VALUES[text]
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    """A boolean filter whose unknown value is a 400 (``TrueOrFalse``): django-filter's own reads
+    it as "no filter", which answers every row."""
+
+    field_class = TrueOrFalse
 
 
 class StrictFilterSet(django_filters.FilterSet):
