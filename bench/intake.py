@@ -326,29 +326,42 @@ def prepare(env: dict) -> str:
     return tenant
 
 
+def warm_up(server: Server, tenant: str, concurrency: int) -> None:
+    """Connections, code paths, the statements prepared and the route kept, before any round."""
+    drive(server.port, [bare_request(server.port)] * 50, concurrency)
+    drive(server.port, webhooks(server.port, tenant, 200), concurrency)
+
+
+def bare_request(port: int) -> bytes:
+    return raw_post(port, "/bench/bare/", {"Content-Type": "application/json"}, BODY.encode())
+
+
+def one_round(server: Server, tenant: str, args) -> tuple[dict, dict]:
+    """A round of bare requests, then one of webhooks, each ``args.seconds`` long: what ``drive``
+    says of each.
+
+    Rounds of the same length for both kinds, not of the same count: with 1,500 requests each, a
+    bare round lasted a quarter as long as an intake round, so its start (new connections, the
+    first requests) weighed four times as much, and the best of each kind was picked among
+    windows of different sizes."""
+    workers = server.workers()
+    bare_round = [bare_request(server.port)] * int(BARE_CAP_PER_S * args.seconds)
+    bare = drive(server.port, bare_round, args.concurrency, workers, args.seconds)
+    hooks = webhooks(server.port, tenant, int(INTAKE_CAP_PER_S * args.seconds))
+    return bare, drive(server.port, hooks, args.concurrency, workers, args.seconds)
+
+
 def measure(name: str, env: dict, args) -> dict:
     tenant = prepare(env)
     server = Server(env, args.workers, args.threads)
     try:
-        bare_requests = [
-            raw_post(server.port, "/bench/bare/", {"Content-Type": "application/json"}, BODY.encode())
-        ]
-        drive(server.port, bare_requests * 50, args.concurrency)  # warm-up: connections, code paths
-        drive(server.port, webhooks(server.port, tenant, 200), args.concurrency)
+        warm_up(server, tenant, args.concurrency)
         # A fresh database has no planner statistics: give it those autovacuum would have, before
         # the statements are planned for good (prepared after a few runs).
         manage(env, "shell", "-c", ANALYZE)
         best_bare, best_intake, accepted, statuses, paired = None, None, [], Counter(), []
-        workers = server.workers()
         for _ in range(args.rounds):
-            # Rounds of the same length for both kinds, not of the same count: with 1,500 requests
-            # each, a bare round lasted a quarter as long as an intake round, so its start (new
-            # connections, the first requests) weighed four times as much, and the best of each
-            # kind was picked among windows of different sizes.
-            bare_round = bare_requests * int(BARE_CAP_PER_S * args.seconds)
-            bare = drive(server.port, bare_round, args.concurrency, workers, args.seconds)
-            hooks = webhooks(server.port, tenant, int(INTAKE_CAP_PER_S * args.seconds))
-            intake = drive(server.port, hooks, args.concurrency, workers, args.seconds)
+            bare, intake = one_round(server, tenant, args)
             accepted += intake["accepted"]
             statuses += intake["statuses"]
             paired.append(intake["per_s"] / bare["per_s"])

@@ -34,19 +34,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.intake import (  # noqa: E402
     ANALYZE,
-    BARE_CAP_PER_S,
-    BODY,
     CHECK,
-    INTAKE_CAP_PER_S,
     Server,
-    drive,
     manage,
+    one_round,
     parse_rounds,
     prepare,
-    raw_post,
     rounds_parser,
     run_setups,
-    webhooks,
+    warm_up,
 )
 
 
@@ -55,17 +51,12 @@ def measure(name: str, env: dict, args) -> dict:
     servers = {role: Server(env, args.workers, args.threads, config) for role, config in args.variants}
     accepted, cpu = [], {role: {"bare": [], "webhook": []} for role in servers}
     try:
-        for server in servers.values():  # warm-up: connections, code paths, prepared statements
-            drive(server.port, [bare_request(server.port)] * 50, args.concurrency)
-            drive(server.port, webhooks(server.port, tenant, 200), args.concurrency)
+        for server in servers.values():
+            warm_up(server, tenant, args.concurrency)
         manage(env, "shell", "-c", ANALYZE)
         for _ in range(args.rounds):
             for role, server in servers.items():
-                workers = server.workers()
-                bare = [bare_request(server.port)] * int(BARE_CAP_PER_S * args.seconds)
-                bare = drive(server.port, bare, args.concurrency, workers, args.seconds)
-                hooks = webhooks(server.port, tenant, int(INTAKE_CAP_PER_S * args.seconds))
-                intake = drive(server.port, hooks, args.concurrency, workers, args.seconds)
+                bare, intake = one_round(server, tenant, args)
                 accepted += intake["accepted"]
                 cpu[role]["bare"].append(bare["cpu_ms"]["machine"])
                 cpu[role]["webhook"].append(intake["cpu_ms"]["machine"])
@@ -82,10 +73,6 @@ def measure(name: str, env: dict, args) -> dict:
         role: {kind: statistics.median(ms) for kind, ms in kinds.items()} for role, kinds in cpu.items()
     }
     return {"tenant": tenant, "medians": medians, "accepted_not_stored": check["missing"]}
-
-
-def bare_request(port: int) -> bytes:
-    return raw_post(port, "/bench/bare/", {"Content-Type": "application/json"}, BODY.encode())
 
 
 def main() -> None:
