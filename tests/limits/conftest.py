@@ -11,7 +11,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from limits.store import LocalStore, RedisStore, forget_store
+from limits.admission import admit
+from limits.store import LocalStore, RateLimited, RedisStore, forget_store
 from tests.servers import free_port
 from tests.services import require_service
 
@@ -29,6 +30,14 @@ class Clock:
 
     def advance(self, ms: float = 0, *, us: int = 0) -> None:
         self.now_us += int(ms * 1000) + us
+
+
+def spend_burst(tenant, burst: int) -> None:
+    """Admit ``burst`` requests of ``tenant`` at once, its whole hooks burst: the next is refused
+    until time passes or its buckets are reset."""
+    for _ in range(burst):
+        admit(tenant, 0)
+    assert isinstance(admit(tenant, 0).result, RateLimited)
 
 
 @pytest.fixture(autouse=True)

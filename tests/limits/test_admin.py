@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from limits.admission import admit
 from limits.models import LimitOverride, Tenant
 from limits.store import Ok, RateLimited
+from tests.limits.conftest import spend_burst
 
 pytestmark = pytest.mark.django_db
 
@@ -59,9 +60,7 @@ def test_the_change_list_costs_the_same_queries_for_many_tenants(staff_client, d
 def test_saving_an_override_inline_resets_the_buckets_and_says_so(
     staff_client, tenant, django_capture_on_commit_callbacks
 ):
-    for _ in range(2):
-        admit(tenant, 0)
-    assert isinstance(admit(tenant, 0).result, RateLimited)
+    spend_burst(tenant, 2)
     data = form_data(tenant, [{"kind": "hooks", "rate": "10", "burst": "100", "reason": "launch"}])
     with django_capture_on_commit_callbacks(execute=True):
         response = staff_client.post(f"/admin/limits/tenant/{tenant.pk}/change/", data, follow=True)
@@ -111,9 +110,7 @@ def test_saving_the_tenant_without_touching_a_limit_resets_nothing(staff_client,
 def test_changing_the_tenants_own_limit_resets_the_buckets(
     staff_client, tenant, django_capture_on_commit_callbacks
 ):
-    for _ in range(2):
-        admit(tenant, 0)
-    assert isinstance(admit(tenant, 0).result, RateLimited)
+    spend_burst(tenant, 2)
     with django_capture_on_commit_callbacks(execute=True):
         response = staff_client.post(
             f"/admin/limits/tenant/{tenant.pk}/change/", form_data(tenant, [], hooks_burst="50"), follow=True

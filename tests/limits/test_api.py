@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 from limits.admission import admit
 from limits.models import LimitOverride, Tenant
 from limits.store import Ok, RateLimited
+from tests.limits.conftest import spend_burst
 from tests.staff import api_client, staff_user
 
 pytestmark = pytest.mark.django_db
@@ -77,9 +78,7 @@ def test_get_shows_the_limit_without_an_override(api, tenant):
 
 
 def test_put_sets_the_override_and_resets_the_buckets(api, tenant, django_capture_on_commit_callbacks):
-    for _ in range(10):
-        admit(tenant, 0)
-    assert isinstance(admit(tenant, 0).result, RateLimited)
+    spend_burst(tenant, 10)
     with django_capture_on_commit_callbacks(execute=True):
         response = api.put(
             URL, {"rate": 0.5, "burst": 20, "reason": "launch", "expires_at": "2099-01-01T00:00:00Z"},
@@ -194,9 +193,7 @@ TENANT_URL = "/api/v1/tenants/acme/"
 def test_patch_sets_a_tenants_own_limit_and_resets_its_buckets(
     api, tenant, django_capture_on_commit_callbacks
 ):
-    for _ in range(10):
-        admit(tenant, 0)
-    assert isinstance(admit(tenant, 0).result, RateLimited)
+    spend_burst(tenant, 10)
     with django_capture_on_commit_callbacks(execute=True):
         # A window of 50 ms, far shorter than the 2 s of debt run up at 5/s: only a reset lets the
         # next request through.
@@ -222,8 +219,7 @@ def test_clearing_a_tenants_own_limit_falls_back_to_the_site_default(api, tenant
 def test_a_change_that_leaves_the_own_limits_alone_keeps_the_buckets(
     api, tenant, django_capture_on_commit_callbacks
 ):
-    for _ in range(10):
-        admit(tenant, 0)
+    spend_burst(tenant, 10)
     with django_capture_on_commit_callbacks(execute=True):
         response = api.patch(
             TENANT_URL, {"name": "Acme Corp", "hooks_rate": 5, "hooks_burst": 10}, format="json"
