@@ -113,7 +113,9 @@ def test_changing_the_tenants_own_limit_resets_the_buckets(
     spend_burst(tenant, 2)
     with django_capture_on_commit_callbacks(execute=True):
         response = staff_client.post(
-            f"/admin/limits/tenant/{tenant.pk}/change/", form_data(tenant, [], hooks_burst="50"), follow=True
+            f"/admin/limits/tenant/{tenant.pk}/change/",
+            form_data(tenant, [], hooks_rate="100", hooks_burst="1"),
+            follow=True,
         )
     assert "The buckets of tenant acme were reset" in response.content.decode()
     assert isinstance(admit(Tenant.objects.get(), 0).result, Ok)
