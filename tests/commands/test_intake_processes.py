@@ -19,6 +19,7 @@ from django.db import connection
 
 from commands.models import Command, Delivery
 from limits.models import Tenant
+from queues.models import QueueItem
 from tests.commands.conftest import github_headers
 from tests.limits.conftest import silent_socket, start_private_redis  # noqa: F401 - fixtures
 
@@ -57,6 +58,32 @@ def test_two_nodes_sharing_redis_store_one_delivery_of_an_event_sent_50_times_at
     assert [node.hook("evt-1")[:2] for node in nodes] == [
         (200, {"status": "duplicate", "id": delivery.pk})
     ] * 2
+
+
+def test_two_nodes_taking_many_distinct_events_at_once_store_each_once_with_its_own_commands(
+    hook_source, start_node, fleet
+):
+    nodes = [start_node(**fleet), start_node(**fleet)]
+    barrier = threading.Barrier(32)
+
+    def send(n: int):
+        if n < 32:
+            barrier.wait()
+        return nodes[n % 2].hook(f"evt-{n}", json.dumps({"n": n}).encode())
+
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(send, range(200)))
+
+    assert Counter(status for status, _, _ in answers) == {202: 200}
+    deliveries = {d.pk: d for d in Delivery.objects.all()}
+    assert len(deliveries) == 200
+    for n, (_, data, _) in enumerate(answers):
+        delivery = deliveries[data["id"]]
+        assert (delivery.event_key, json.loads(delivery.body)) == (f"evt-{n}", {"n": n})
+        commands = Command.objects.filter(pk__in=data["commands"])
+        assert {(c.delivery_id, c.payload["n"]) for c in commands} == {(delivery.pk, n)}
+        assert len(commands) == 2
+    assert QueueItem.objects.count() == Command.objects.count() == 400
 
 
 class HeldWriteLock:
