@@ -29,6 +29,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -72,8 +73,14 @@ def _decode(value: str, encoding: str) -> bytes | None:
         return None
 
 
+# Unix seconds in ASCII digits: ``str.isdigit`` also takes "²" and other digits ``int`` refuses,
+# and a number too long to compare with the clock overflows a float. Twelve digits last until the
+# year 33658.
+TIMESTAMP = re.compile(r"[0-9]{1,12}")
+
+
 def _timestamp(raw: str | None, now: float, tolerance_s: int) -> tuple[int | None, str | None]:
-    if raw is None or not raw.isdigit():
+    if raw is None or not TIMESTAMP.fullmatch(raw):
         return None, "missing or malformed timestamp"
     stamp = int(raw)
     if abs(now - stamp) > tolerance_s:

@@ -126,6 +126,21 @@ def test_stripe_with_a_malformed_timestamp_is_refused():
     )
 
 
+@pytest.mark.parametrize(
+    "stamp", ["\u00b2", "\u0661\u0662", "9" * 13, "9" * 309, "9" * 4301, "-1", "1.5", ""]
+)
+@pytest.mark.parametrize("kind", ["stripe", "standard", "svix"])
+def test_a_timestamp_that_is_not_a_few_ascii_digits_is_refused_as_malformed(kind, stamp):
+    secret = STANDARD_SECRET if kind != "stripe" else "s3cret"
+    verifier = build_verifier(kind, [secret])
+    headers = verifier.sign(BODY, NOW)
+    if kind == "stripe":
+        headers["Stripe-Signature"] = headers["Stripe-Signature"].replace(f"t={int(NOW)}", f"t={stamp}")
+    else:
+        headers[f"{verifier.prefix}-timestamp"] = stamp
+    assert verifier.verify(headers, BODY, NOW) == "missing or malformed timestamp"
+
+
 def test_standard_webhooks_signature_matches_the_specification_example():
     # The example from the Standard Webhooks specification.
     verifier = build_verifier("standard", ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], {"tolerance_s": 86_400})
