@@ -589,6 +589,9 @@ def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
             body = request.read(limit + 1)
         except OSError:  # Django's UnreadablePostError: the client went away mid-body
             return Refusal(400, "bad_request", "The body was cut off.")
+        if len(body) < int(declared):  # the client closed its side before sending all of it
+            detail = f"The body was cut off: Content-Length is {int(declared)}, {len(body)} bytes came."
+            return Refusal(400, "bad_request", detail)
     metrics.labelled(metrics.INTAKE_BODY_BYTES, endpoint).observe(len(body))
     if len(body) > limit:
         return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")

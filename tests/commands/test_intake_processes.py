@@ -233,22 +233,38 @@ def test_a_chunked_body_is_read_only_up_to_the_tenants_limit(hook_source, start_
 )
 def test_a_malformed_chunked_body_is_a_400_json_and_stores_nothing(hook_source, start_node, chunks):
     node = start_node(workers=1, threads=2)
+    status, data = send_and_close(node, "Transfer-Encoding: chunked", chunks)
+    assert (status, data["error"]) == (400, "bad_request")
+    assert Delivery.objects.count() == 0
+
+
+def test_a_body_shorter_than_its_content_length_is_a_400_json_and_stores_nothing(hook_source, start_node):
+    node = start_node(workers=1, threads=2)
+    status, data = send_and_close(node, "Content-Length: 100", b"{}")
+    assert (status, data) == (
+        400,
+        {"error": "bad_request", "detail": "The body was cut off: Content-Length is 100, 2 bytes came."},
+    )
+    assert Delivery.objects.count() == 0
+
+
+def send_and_close(node, framing: str, body: bytes) -> tuple[int, dict]:
+    """A webhook signed for ``{}`` whose body is framed by ``framing`` and sent as ``body``, the
+    client's side closed after it; the answer's status and JSON."""
     head = (
         "POST /hooks/acme/orders/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        "Transfer-Encoding: chunked\r\nConnection: close\r\n"
+        f"{framing}\r\nConnection: close\r\n"
         + "".join(f"{name}: {value}\r\n" for name, value in github_headers(b"{}", "evt-1").items())
         + "\r\n"
     )
     with socket.create_connection(("127.0.0.1", node.port), timeout=30) as sock:
-        sock.sendall(head.encode() + chunks)
+        sock.sendall(head.encode() + body)
         sock.shutdown(socket.SHUT_WR)
         answer = b""
         while data := sock.recv(65536):
             answer += data
     status_line, _, rest = answer.partition(b"\r\n")
-    assert status_line.split()[1] == b"400", answer
-    assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"] == "bad_request"
-    assert Delivery.objects.count() == 0
+    return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
 
 
 def test_headers_too_large_for_the_server_are_refused_before_django_with_a_4xx(hook_source, start_node):
