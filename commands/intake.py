@@ -51,9 +51,11 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import JSONField
 from django.utils import timezone
 
 from ankusa_site import metrics
@@ -433,9 +435,7 @@ def insert(objects: list) -> None:
     if not objects:
         return
     fields, sql = _insert_statement(type(objects[0]), len(objects), connection.vendor)
-    params = [
-        field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objects for field in fields
-    ]
+    params = [_db_value(field, getattr(obj, field.attname)) for obj in objects for field in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         ids = [row[0] for row in cursor.fetchall()]
@@ -443,6 +443,15 @@ def insert(objects: list) -> None:
         obj.pk = pk
         obj._state.adding = False
         obj._state.db = connection.alias
+
+
+def _db_value(field, value):
+    """``value`` as ``field``'s column takes it. ``None`` in a JSON field that cannot be NULL is the
+    JSON document ``null`` (a webhook's body may be just that), not SQL's NULL, which Django's
+    ``get_db_prep_save`` makes of it."""
+    if value is None and isinstance(field, JSONField) and not field.null:
+        return field.get_db_prep_value(None, connection)
+    return field.get_db_prep_save(value, connection)
 
 
 def _birth(state: State, idempotent: bool, now: datetime) -> tuple[dict, int | None]:
@@ -627,6 +636,9 @@ def parse_json(body: bytes) -> tuple[Any, str] | Refusal:
         return Refusal(400, "bad_json", f"The JSON is nested deeper than {MAX_JSON_DEPTH} levels.")
     except _TooLarge:
         return Refusal(400, "bad_json", "The JSON holds a number too large to store.")
+    except _TooPrecise:
+        detail = f"The JSON holds a number with more than {MAX_NUMBER_SCALE} digits after the decimal point."
+        return Refusal(400, "bad_json", detail)
     except ValueError as exc:
         return Refusal(400, "bad_json", f"The body is not JSON: {str(exc)[:200]}")
     problem = unstorable(document) if _may_be_unstorable(text) else None
@@ -643,10 +655,24 @@ class _TooLarge(ValueError):
     pass
 
 
+class _TooPrecise(ValueError):
+    pass
+
+
+# PostgreSQL's numeric (what jsonb holds a number as) keeps at most this many digits after the
+# decimal point: "1e-16384" is valid JSON it refuses ("value overflows numeric format").
+MAX_NUMBER_SCALE = 16_383
+
+
 def _finite_float(literal: str) -> float:
     value = float(literal)
     if not math.isfinite(value):  # 1e999
         raise _TooLarge(literal)
+    # Only a negative exponent or a long literal can pass the scale; Decimal is left for those.
+    if ("e-" in literal or "E-" in literal or len(literal) > MAX_NUMBER_SCALE) and (
+        Decimal(literal).as_tuple().exponent < -MAX_NUMBER_SCALE
+    ):
+        raise _TooPrecise(literal)
     return value
 
 

@@ -279,6 +279,16 @@ def test_other_methods_are_405_json_naming_post(hook_source, client, method):
         assert json.loads(response.content)["error"] == "method_not_allowed"
 
 
+@pytest.mark.parametrize("body", [b"null", b"[]", b"0", b'"text"', b'{"n": 1e-16383, "m": 0.5}'])
+def test_any_storable_json_a_provider_sends_is_stored_as_sent_on_either_database(
+    hook_source, post_hook, body
+):
+    assert post_hook(body, "evt-1").status_code == 202
+    delivery = Delivery.objects.get()
+    assert delivery.body == body.decode()
+    assert [command.payload for command in Command.objects.all()] == [json.loads(body)] * 2
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [
@@ -292,6 +302,7 @@ def test_other_methods_are_405_json_naming_post(hook_source, client, method):
         (b'{"\\ud800": 1}', "bad_json"),  # nor a lone surrogate
         (b'{"n": NaN}', "bad_json"),
         (b'{"n": 1e999}', "bad_json"),
+        (b'{"n": 1e-16384}', "bad_json"),  # more digits after the point than PostgreSQL keeps
         (b"[" * 100_000 + b"]" * 100_000, "bad_json"),
         (b'{"a":' * 70 + b"1" + b"}" * 70, "bad_json"),
     ],

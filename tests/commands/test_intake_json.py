@@ -26,6 +26,8 @@ def nested(depth: int) -> bytes:
         nested(MAX_JSON_DEPTH - 1),
         b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH,
         b'{"n": 1.5e300, "m": -2.5}',
+        b'{"n": 1e-16383}',  # PostgreSQL's numeric keeps 16,383 digits after the point
+        b'{"n": 0.' + b"1" * 16_383 + b"}",
     ],
 )
 def test_storable_documents_pass_whether_or_not_they_look_suspect(body):
@@ -40,6 +42,10 @@ def test_storable_documents_pass_whether_or_not_they_look_suspect(body):
         (nested(MAX_JSON_DEPTH), f"deeper than {MAX_JSON_DEPTH} levels"),
         (b'{"n": 1e999}', "number too large"),
         (b'{"n": [-1E400]}', "number too large"),
+        (b'{"n": 1e-16384}', "more than 16383 digits after the decimal point"),
+        (b'{"n": 1.5E-16383}', "more than 16383 digits after the decimal point"),
+        (b'{"n": 0e-20000}', "more than 16383 digits after the decimal point"),
+        (b'{"n": 0.' + b"1" * 16_384 + b"}", "more than 16383 digits after the decimal point"),
     ],
 )
 def test_unstorable_documents_are_refused_with_what_is_wrong(body, detail):
