@@ -48,12 +48,14 @@ import json
 import logging
 import math
 import re
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import JSONField
 from django.utils import timezone
@@ -577,33 +579,60 @@ def measured(endpoint: str):
 
 
 def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
-    """The request body, never reading more than ``limit`` + 1 bytes of it.
+    """The request body, never reading more than ``limit`` + 1 bytes of it, nor waiting for it
+    longer than ``ANKUSA_BODY_TIMEOUT_S``.
 
     A ``Content-Length`` over the limit is refused before anything is read. A chunked body (no
     ``Content-Length``; Django's own stream would read nothing) is read from the server's input
     stream, only up to the limit. What was read is counted in ``ankusa_intake_body_bytes``.
+
+    Under gunicorn, a body that does not arrive in time is a 408, and the connection reads nothing
+    more: a client that trickles its body (or never sends it) would otherwise hold one of the
+    worker's threads for as long as it likes, and a handful of them the whole node.
     """
-    if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
-        try:
-            body = _read_chunked(request.META["wsgi.input"], limit)
-        except Exception:  # each WSGI server has its own errors for a malformed or cut-off chunk
-            return Refusal(400, "bad_request", "The chunked body is malformed or was cut off.")
-    else:
-        declared = (request.META.get("CONTENT_LENGTH") or "0").strip()
-        if not declared.isdigit():
-            return Refusal(400, "bad_request", "Content-Length is not a whole number.")
-        if int(declared) > limit:
-            return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
-        try:
-            body = request.read(limit + 1)
-        except OSError:  # Django's UnreadablePostError: the client went away mid-body
-            return Refusal(400, "bad_request", "The body was cut off.")
-        if len(body) < int(declared):  # the client closed its side before sending all of it
-            detail = f"The body was cut off: Content-Length is {int(declared)}, {len(body)} bytes came."
-            return Refusal(400, "bad_request", detail)
+    sock = request.META.get("gunicorn.socket")
+    if sock is not None:  # back to no timeout when gunicorn takes the connection's next request
+        sock.settimeout(settings.ANKUSA_BODY_TIMEOUT_S)
+    try:
+        body = _read(request, limit)
+    except Exception as exc:
+        if not any(isinstance(e, TimeoutError) for e in (exc, exc.__cause__, exc.__context__)):
+            raise
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RD)  # what is left of the body is never read
+        detail = f"The body did not arrive within {settings.ANKUSA_BODY_TIMEOUT_S:g} s."
+        return Refusal(408, "request_timeout", detail)
+    if isinstance(body, Refusal):
+        return body
     metrics.labelled(metrics.INTAKE_BODY_BYTES, endpoint).observe(len(body))
     if len(body) > limit:
         return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
+    return body
+
+
+def _read(request, limit: int) -> bytes | Refusal:
+    if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        try:
+            return _read_chunked(request.META["wsgi.input"], limit)
+        except TimeoutError:
+            raise
+        except Exception:  # each WSGI server has its own errors for a malformed or cut-off chunk
+            return Refusal(400, "bad_request", "The chunked body is malformed or was cut off.")
+    declared = (request.META.get("CONTENT_LENGTH") or "0").strip()
+    if not (declared.isascii() and declared.isdigit()):
+        return Refusal(400, "bad_request", "Content-Length is not a whole number.")
+    if int(declared) > limit:
+        return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
+    try:
+        body = request.read(limit + 1)
+    except OSError as exc:  # Django's UnreadablePostError: the client went away mid-body
+        if isinstance(exc.__cause__, TimeoutError):
+            raise
+        return Refusal(400, "bad_request", "The body was cut off.")
+    if len(body) < int(declared):  # the client closed its side before sending all of it
+        return Refusal(
+            400, "bad_request", f"The body was cut off: Content-Length is {declared}, {len(body)} bytes came."
+        )
     return body
 
 

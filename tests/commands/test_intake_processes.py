@@ -248,23 +248,67 @@ def test_a_body_shorter_than_its_content_length_is_a_400_json_and_stores_nothing
     assert Delivery.objects.count() == 0
 
 
-def send_and_close(node, framing: str, body: bytes) -> tuple[int, dict]:
-    """A webhook signed for ``{}`` whose body is framed by ``framing`` and sent as ``body``, the
-    client's side closed after it; the answer's status and JSON."""
-    head = (
+@pytest.mark.parametrize(
+    ("framing", "start"), [("Content-Length: 100", b"{"), ("Transfer-Encoding: chunked", b"10\r\n{")]
+)
+def test_bodies_that_never_finish_arriving_are_a_408_and_do_not_hold_the_nodes_threads(
+    hook_source, start_node, framing, start
+):
+    node = start_node(workers=1, threads=2, ANKUSA_BODY_TIMEOUT_S="0.5")
+    slow = []
+    for _ in range(4):  # twice the node's threads, each waiting for the rest of its body
+        sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+        sock.sendall(webhook_head(framing) + start)
+        slow.append(sock)
+    answers = [read_answer(sock) for sock in slow]
+    assert (
+        answers
+        == [(408, {"error": "request_timeout", "detail": "The body did not arrive within 0.5 s."})] * 4
+    )
+    for sock in slow:  # and the server reads nothing more from them: its side is closed
+        assert sock.recv(1) == b""
+        sock.close()
+    assert node.request("GET", "/healthz", timeout=5)[0] == 200
+    assert Delivery.objects.count() == 0
+
+
+def webhook_head(framing: str) -> bytes:
+    """The head of a webhook signed for ``{}``, its body framed by ``framing``."""
+    return (
         "POST /hooks/acme/orders/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"{framing}\r\nConnection: close\r\n"
         + "".join(f"{name}: {value}\r\n" for name, value in github_headers(b"{}", "evt-1").items())
         + "\r\n"
-    )
-    with socket.create_connection(("127.0.0.1", node.port), timeout=30) as sock:
-        sock.sendall(head.encode() + body)
-        sock.shutdown(socket.SHUT_WR)
-        answer = b""
-        while data := sock.recv(65536):
-            answer += data
+    ).encode()
+
+
+def read_answer(sock) -> tuple[int, dict]:
+    """The status and JSON of the one answer that comes on ``sock``."""
+    answer = b""
+    while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < content_length(answer):
+        data = sock.recv(65536)
+        if not data:
+            break
+        answer += data
     status_line, _, rest = answer.partition(b"\r\n")
     return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+
+
+def content_length(answer: bytes) -> int:
+    for line in answer.partition(b"\r\n\r\n")[0].split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
+
+
+def send_and_close(node, framing: str, body: bytes) -> tuple[int, dict]:
+    """A webhook signed for ``{}`` whose body is framed by ``framing`` and sent as ``body``, the
+    client's side closed after it; the answer's status and JSON."""
+    with socket.create_connection(("127.0.0.1", node.port), timeout=30) as sock:
+        sock.sendall(webhook_head(framing) + body)
+        sock.shutdown(socket.SHUT_WR)
+        return read_answer(sock)
 
 
 def test_headers_too_large_for_the_server_are_refused_before_django_with_a_4xx(hook_source, start_node):
