@@ -5,8 +5,10 @@ DRF's own handler decides the status; this reshapes its body so clients parse on
 everywhere. Validation errors keep the per-field messages under ``fields`` as well. Paths that
 no view answers (404) and server errors (500) under ``/api/`` and ``/hooks/`` get the same shape
 from ``ankusa_site.urls``' handlers instead of Django's HTML pages. Hostile input is a 4xx, never
-a 500: JSON nested too deep (``ankusa_site.parsers``), NUL characters, lone surrogates and numbers
-no database stores (:func:`storable_json`), ids past 2**63-1 (refused before any query).
+a 500: JSON nested too deep, NUL characters, lone surrogates and numbers no database stores (refused
+by ``ankusa_site.parsers`` for every body, and by :func:`storable_json` for JSON a field keeps), ids
+past 2**63-1 (refused before any query), a cursor whose position is not a value of the list's
+ordering (:class:`Cursor`), and any text the renderer is handed (``ankusa_site.renderers``).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import copy
 
 import django_filters
 from django import forms
+from django.core.exceptions import FieldDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
+from django.db.models.constants import LOOKUP_SEP
 from django.http import Http404, JsonResponse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
+from rest_framework.pagination import CursorPagination
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
@@ -221,3 +225,48 @@ class StrictFilterBackend(DjangoFilterBackend):
                 hint = f"Unknown query parameter; use {', '.join(sorted(known))}."
                 raise exceptions.ValidationError({name[:64]: [hint] for name in unknown[:20]})
         return super().filter_queryset(request, queryset, view)
+
+
+class Cursor(CursorPagination):
+    """Cursor pages (every list's, and ``REST_FRAMEWORK["DEFAULT_PAGINATION_CLASS"]``): DRF's, whose
+    cursor position must also be a value of the ordering field. DRF checks only that a cursor
+    decodes, then filters by its position as given: ``p=abc`` on an id ordering was a ValueError,
+    ``p=\\x00`` a PostgreSQL DataError, both 500s. A position the field cannot read
+    (``to_python``), or holding a NUL, is answered as DRF answers a cursor that does not decode: 404
+    ``Invalid cursor``. A whole number past 64 bits passes; Django answers it without a comparison
+    in the database. The default ordering is newest first: DRF's (``-created``) names a field no
+    model here has."""
+
+    ordering = "-id"
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self.model = queryset.model
+        return super().paginate_queryset(queryset, request, view)
+
+    def decode_cursor(self, request):
+        cursor = super().decode_cursor(request)
+        if cursor is not None and cursor.position is not None and not self.holds(cursor.position):
+            raise exceptions.NotFound(self.invalid_cursor_message)
+        return cursor
+
+    def holds(self, position: str) -> bool:
+        """Whether ``position`` is a value of the ordering's first field (no NUL, in any field)."""
+        if "\x00" in position:
+            return False
+        try:
+            field = ordering_field(self.model, self.ordering[0])
+        except FieldDoesNotExist:  # an annotation: the database is the judge
+            return True
+        try:
+            field.to_python(position)
+        except (DjangoValidationError, ValueError, TypeError):
+            return False
+        return True
+
+
+def ordering_field(model, ordering: str) -> models.Field:
+    """The model field an ordering term (``-id``, ``tenant__slug``) sorts by."""
+    for name in ordering.lstrip("-").split(LOOKUP_SEP):
+        field = model._meta.get_field(name)
+        model = field.related_model
+    return field

@@ -165,9 +165,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["ankusa_site.permissions.ApiPermission"],
     "DEFAULT_PARSER_CLASSES": ["ankusa_site.parsers.JSONParser"],
+    # JSON only: no browsable API, whose pages would answer an error as HTML.
+    "DEFAULT_RENDERER_CLASSES": ["ankusa_site.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["ankusa_site.api.StrictFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "ankusa_site.api.Cursor",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "ankusa_site.api.json_errors",
 }

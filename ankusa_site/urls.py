@@ -7,8 +7,43 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from ankusa_site import health, schema  # noqa: F401 - schema registers the token scheme
 from ankusa_site.api import error, wants_json
 from ankusa_site.metrics import metrics_view
+from ankusa_site.renderers import JSONRenderer
 from commands.hooks import receive
 from commands.views import demo_receiver
+
+
+class JsonErrors:
+    """A drf-spectacular view whose errors are JSON, like every other answer under /api/: it
+    renders them with its page's own renderer otherwise (YAML for the schema; for the docs pages an
+    HTML template, or plain text when none fits)."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if getattr(response, "exception", False):
+            response.accepted_renderer = JSONRenderer()
+            response.accepted_media_type = JSONRenderer.media_type
+        return response
+
+
+class SchemaView(JsonErrors, SpectacularAPIView):
+    pass
+
+
+class DocsPage(JsonErrors):
+    """A page for people, read with GET (and HEAD); any other method is a 405. DRF's OPTIONS
+    answer would render its metadata through the page's template: a Swagger UI page without its
+    script's name (TemplateDoesNotExist, a 500), a Redoc page that describes nothing."""
+
+    http_method_names = ["get", "head"]
+
+
+class SwaggerView(DocsPage, SpectacularSwaggerView):
+    pass
+
+
+class RedocView(DocsPage, SpectacularRedocView):
+    pass
+
 
 admin.site.site_header = "Ankusa"
 admin.site.site_title = "Ankusa"
@@ -29,9 +64,9 @@ urlpatterns = [
     path("api/v1/", include("commands.api_urls")),
     # The OpenAPI schema and two readers of it; their scripts come from drf-spectacular-sidecar's
     # static files (SWAGGER_UI_DIST = "SIDECAR"), so the pages work offline and load no CDN.
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("api/schema/", SchemaView.as_view(), name="api-schema"),
+    path("api/docs/", SwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", RedocView.as_view(url_name="api-schema"), name="api-redoc"),
 ]
 
 if settings.DEBUG:

@@ -35,13 +35,13 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from ankusa_site.api import (
     Access,
     Conflict,
+    Cursor,
     StrictFilterSet,
     StrictModelSerializer,
     StrictSerializer,
@@ -69,11 +69,11 @@ READ_ERRORS = errors(400, 401, 403, 404)
 WRITE_ERRORS = errors(400, 401, 403, 404, 409)
 
 
-class IdCursor(CursorPagination):
+class IdCursor(Cursor):
     ordering = "id"
 
 
-class NewestFirst(CursorPagination):
+class NewestFirst(Cursor):
     ordering = "-id"
 
 
@@ -533,7 +533,7 @@ def refusal(refused: actions.Refused) -> exceptions.APIException:
     return exc
 
 
-class AttemptCursor(CursorPagination):
+class AttemptCursor(Cursor):
     ordering = "-number"
 
 

@@ -25,18 +25,27 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import exceptions, mixins, serializers, status, viewsets
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ankusa_site.api import Access, FloatNumber, StrictModelSerializer, StrictSerializer, clean_model, errors
+from ankusa_site.api import (
+    Access,
+    Cursor,
+    FloatNumber,
+    StrictModelSerializer,
+    StrictSerializer,
+    clean_model,
+    errors,
+)
 from limits import actions
 from limits.authentication import tenant_of
-from limits.models import OWN_LIMIT_FIELDS, Kind, LimitOverride, Tenant
+from limits.models import OWN_LIMIT_FIELDS, SLUG_PATTERN, Kind, LimitOverride, Tenant, slug_validator
 from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
 
 # A PUT body is four small fields; anything much bigger is not one.
 MAX_PUT_BYTES = 4096
+# The model's slug rule, unanchored for the router's pattern of a tenant's URL.
+SLUG = SLUG_PATTERN.removeprefix("^").removesuffix("$")
 
 
 def limit_fields(effective: EffectiveLimit) -> dict:
@@ -106,7 +115,7 @@ class TenantSerializer(StrictModelSerializer):
         return attrs
 
 
-class SlugCursor(CursorPagination):
+class SlugCursor(Cursor):
     ordering = "slug"
 
 
@@ -121,7 +130,7 @@ class TenantViewSet(
     serializer_class = TenantSerializer
     pagination_class = SlugCursor
     lookup_field = "slug"
-    lookup_value_regex = r"[-a-zA-Z0-9_]{1,64}"
+    lookup_value_regex = SLUG
     permission_model = "limits.tenant"
     tenant_reads = True
 
@@ -181,6 +190,10 @@ class TenantLimit(Access, APIView):
     def tenant_and_kind(self, slug: str, kind: str) -> tuple[Tenant, str]:
         if kind not in Kind.values:
             raise exceptions.NotFound(f"Unknown kind {kind[:20]!r}: use one of {', '.join(Kind.values)}.")
+        if not slug_validator.regex.fullmatch(slug):
+            # No tenant has it, and a NUL in it would be a database error: the 404 of a missing
+            # tenant, without asking. (fullmatch: the validator's "$" also passes "acme\n".)
+            raise exceptions.NotFound("No Tenant matches the given query.")
         own = tenant_of(self.request.user)
         tenants = Tenant.objects.all() if own is None else Tenant.objects.filter(pk=own.pk)
         return get_object_or_404(tenants, slug=slug), kind

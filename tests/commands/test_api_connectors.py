@@ -60,7 +60,6 @@ def test_saving_a_connector_makes_its_after_fix_commands_due(world, call):
         ({"headers": {"Authorization": "Bearer x"}}, "headers"),
         ({"headers": {"X-A": "a\nb"}}, "headers"),
         ({"headers": ["not", "a", "dict"]}, "headers"),
-        ({"headers": {"X-A": "nul\u0000"}}, "headers"),
         ({"status_map": {"999": "never"}}, "status_map"),
         ({"url": "ftp://example.com/"}, "url"),
         ({"kind": "carrier-pigeon"}, "kind"),
@@ -84,8 +83,11 @@ def test_a_number_too_large_for_a_float_is_a_400(world):
         '{"read_timeout_s": 1e400}',
         content_type="application/json",
     )
-    assert response.status_code == 400
-    assert response.json()["fields"] == {"read_timeout_s": ["A valid number is required."]}
+    # Refused by the parser, as the intake refuses it: 1e400 reads as infinity, which no column holds.
+    assert (response.status_code, response.json()) == (
+        400,
+        {"error": "parse_error", "detail": "The JSON holds a number too large to store."},
+    )
 
 
 def test_a_connector_with_commands_cannot_be_deleted(world, call):
@@ -116,7 +118,6 @@ def test_a_sources_signing_secrets_are_write_only_and_counted(world, call):
         ({"verifier": "github", "verifier_secrets": []}, "verifier_secrets"),
         ({"dedupe_key": "json:"}, "dedupe_key"),
         ({"slug": "spare"}, "non_field_errors"),
-        ({"verifier_options": {"tolerance_s": "\u0000"}}, "verifier_options"),
     ],
 )
 def test_a_bad_source_is_a_400_naming_the_field(world, call, body, field):
