@@ -22,7 +22,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from django.db.models.constants import LOOKUP_SEP
-from django.http import Http404, JsonResponse
+from django.http import Http404, JsonResponse, UnreadablePostError
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
@@ -30,6 +30,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
+from ankusa_site.middleware import stop_reading, timed_out
 from ankusa_site.permissions import Access  # noqa: F401 - the views' one import
 
 JSON_PREFIXES = ("/api/", "/hooks/")
@@ -49,6 +50,11 @@ def json_errors(exc, context):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, RequestDataTooBig):
         exc = TooLarge()
+    elif isinstance(exc, UnreadablePostError):  # the client went away or stalled mid-body
+        if timed_out(exc):
+            exc = RequestTimeout(stop_reading(context["request"]))
+        else:
+            exc = exceptions.ParseError("The body was cut off.")
     response = exception_handler(exc, context)
     if response is None:
         return None
@@ -71,6 +77,12 @@ def error(code: str, detail: str, status: int, **headers: str) -> JsonResponse:
 
 def wants_json(request) -> bool:
     return request.path.startswith(JSON_PREFIXES)
+
+
+class RequestTimeout(exceptions.APIException):
+    status_code = 408
+    default_code = "request_timeout"
+    default_detail = "The body did not arrive in time."
 
 
 class Conflict(exceptions.APIException):

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "ankusa_site.middleware.body_timeout",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -247,9 +248,9 @@ ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minim
 # before reading it again: a second saves two or three queries per webhook under load, and an edit
 # in the admin reaches every node within it. 0 reads it for every request.
 ANKUSA_INTAKE_CACHE_S = env_float("ANKUSA_INTAKE_CACHE_S", 1.0, minimum=0)
-# How long a webhook or a REST submission may take to send its body once its headers arrived
-# (under gunicorn): past it the answer is 408 and the connection reads no more, so clients that
-# trickle their bodies cannot hold every thread of a node.
+# How long a request may take to send its body once its headers arrived (under gunicorn): past it
+# the answer is 408 and the connection reads no more, so clients that trickle their bodies cannot
+# hold every thread of a node (ankusa_site/middleware.py).
 ANKUSA_BODY_TIMEOUT_S = env_float("ANKUSA_BODY_TIMEOUT_S", 10.0, minimum=0.01, maximum=3600)
 
 # --- Celery (optional: `manage.py dispatch` needs none of it) ------------------------------------

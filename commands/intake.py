@@ -48,20 +48,19 @@ import json
 import logging
 import math
 import re
-import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import JSONField
 from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
+from ankusa_site.middleware import stop_reading, timed_out
 from ankusa_site.prepared import execute_prepared
 from commands import dispatch
 from commands.models import Command, Delivery, Source
@@ -579,29 +578,21 @@ def measured(endpoint: str):
 
 
 def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
-    """The request body, never reading more than ``limit`` + 1 bytes of it, nor waiting for it
-    longer than ``ANKUSA_BODY_TIMEOUT_S``.
+    """The request body, never reading more than ``limit`` + 1 bytes of it.
 
     A ``Content-Length`` over the limit is refused before anything is read. A chunked body (no
     ``Content-Length``; Django's own stream would read nothing) is read from the server's input
     stream, only up to the limit. What was read is counted in ``ankusa_intake_body_bytes``.
 
-    Under gunicorn, a body that does not arrive in time is a 408, and the connection reads nothing
-    more: a client that trickles its body (or never sends it) would otherwise hold one of the
-    worker's threads for as long as it likes, and a handful of them the whole node.
+    A body that does not arrive within ``ANKUSA_BODY_TIMEOUT_S`` (under gunicorn:
+    ``ankusa_site.middleware``) is a 408, and its connection reads no more.
     """
-    sock = request.META.get("gunicorn.socket")
-    if sock is not None:  # back to no timeout when gunicorn takes the connection's next request
-        sock.settimeout(settings.ANKUSA_BODY_TIMEOUT_S)
     try:
         body = _read(request, limit)
     except Exception as exc:
-        if not any(isinstance(e, TimeoutError) for e in (exc, exc.__cause__, exc.__context__)):
+        if not timed_out(exc):
             raise
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RD)  # what is left of the body is never read
-        detail = f"The body did not arrive within {settings.ANKUSA_BODY_TIMEOUT_S:g} s."
-        return Refusal(408, "request_timeout", detail)
+        return Refusal(408, "request_timeout", stop_reading(request))
     if isinstance(body, Refusal):
         return body
     metrics.labelled(metrics.INTAKE_BODY_BYTES, endpoint).observe(len(body))
@@ -626,7 +617,7 @@ def _read(request, limit: int) -> bytes | Refusal:
     try:
         body = request.read(limit + 1)
     except OSError as exc:  # Django's UnreadablePostError: the client went away mid-body
-        if isinstance(exc.__cause__, TimeoutError):
+        if timed_out(exc):
             raise
         return Refusal(400, "bad_request", "The body was cut off.")
     if len(body) < int(declared):  # the client closed its side before sending all of it

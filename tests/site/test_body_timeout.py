@@ -1,0 +1,75 @@
+"""``ANKUSA_BODY_TIMEOUT_S`` on every path (``ankusa_site.middleware``): a client that sends its
+headers and then not all of its body gives up its thread once the time is out, whatever it asked
+for. (The intake's own answers, 408 ``request_timeout``, are in tests/commands/test_intake_processes.py.)"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from limits.models import Tenant
+from tests.staff import staff_user, token_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def head(method: str, path: str, content_type: str, length: int, **headers: str) -> bytes:
+    return (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {length}\r\nConnection: close\r\n"
+        + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        + "\r\n"
+    ).encode()
+
+
+def answer_of(sock) -> tuple[int, bytes]:
+    """The status and body of the answer on ``sock`` (the server closes the connection after it)."""
+    answer = b""
+    while data := sock.recv(65536):
+        answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def status_of(sock) -> int:
+    return answer_of(sock)[0]
+
+
+def test_an_admin_form_whose_body_never_arrives_is_refused_and_frees_its_thread(start_node):
+    node = start_node(workers=1, threads=2, ANKUSA_BODY_TIMEOUT_S="0.5")
+    slow = []
+    for _ in range(4):  # twice the node's threads
+        sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+        sock.sendall(head("POST", "/admin/login/", "application/x-www-form-urlencoded", 100) + b"username=")
+        slow.append(sock)
+    # Django's CSRF check reads the form first, and answers 403 for a body it could not read.
+    assert [status_of(sock) for sock in slow] == [403] * 4
+    for sock in slow:
+        sock.close()
+    assert node.request("GET", "/healthz", timeout=5)[0] == 200
+
+
+def test_an_api_write_whose_body_never_arrives_is_a_408_json_and_frees_its_thread(start_node):
+    Tenant.objects.create(slug="acme", name="Acme")
+    token = token_for(staff_user("admin"))
+    node = start_node(workers=1, threads=2, ANKUSA_BODY_TIMEOUT_S="0.5")
+    slow = []
+    for _ in range(4):  # twice the node's threads, each authenticated, each stalled mid-body
+        sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+        sock.sendall(
+            head("PATCH", "/api/v1/tenants/acme/", "application/json", 100, Authorization=f"Bearer {token}")
+            + b'{"name": '
+        )
+        slow.append(sock)
+    answers = [answer_of(sock) for sock in slow]
+    for status, body in answers:
+        assert (status, json.loads(body)) == (
+            408,
+            {"error": "request_timeout", "detail": "The body did not arrive within 0.5 s."},
+        )
+    for sock in slow:
+        sock.close()
+    assert node.request("GET", "/healthz", timeout=5)[0] == 200
+    assert Tenant.objects.get().name == "Acme"
