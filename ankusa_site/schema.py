@@ -21,12 +21,14 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
 
 # Answers any /api/v1/ operation may give, whatever it does, all in the JSON error shape: a bad
 # query or body (400), no or a bad token (401), a permission or a tenant boundary (403), an id or
-# cursor that names nothing (404), a body too large (413) or not JSON (415).
+# cursor that names nothing (404), an Accept that takes no JSON (406), a body that stalled (408),
+# too large (413) or not JSON (415).
 COMMON_ERRORS = {
     "400": "Malformed or invalid input.",
     "401": "No credentials, or a bad token.",
     "403": "Not allowed for this caller.",
     "404": "No such row (another tenant's is answered the same), or an invalid cursor.",
+    "406": "The Accept header takes no JSON, the only thing this API answers.",
 }
 WITH_BODY = {"post", "put", "patch"}
 
@@ -41,6 +43,7 @@ def add_common_errors(result, generator, request, public):
             responses = operation.setdefault("responses", {})
             wanted = dict(COMMON_ERRORS)
             if method in WITH_BODY:
+                wanted["408"] = "The body did not all arrive within the site's time (ANKUSA_BODY_TIMEOUT_S)."
                 wanted["413"] = "The body is larger than the site reads."
                 wanted["415"] = "The body is not JSON (send Content-Type: application/json)."
             for status, description in wanted.items():

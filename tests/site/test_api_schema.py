@@ -86,3 +86,15 @@ def test_the_docs_assets_are_served(client, db):
     assert script.startswith("/static/")
     response = client.get(script)
     assert response.status_code == 200
+
+
+def test_every_operation_declares_the_errors_any_request_may_get(client, db):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    for path, operations in schema["paths"].items():
+        if not path.startswith("/api/v1/"):
+            continue
+        for method, operation in operations.items():
+            wanted = {"400", "401", "403", "404", "406"} | (
+                {"408", "413", "415"} if method in ("post", "put", "patch") else set()
+            )
+            assert wanted <= set(operation["responses"]), (method, path)
