@@ -605,9 +605,9 @@ def _read(request, limit: int) -> bytes | Refusal:
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         try:
             return _read_chunked(request.META["wsgi.input"], limit)
-        except TimeoutError:
-            raise
-        except Exception:  # each WSGI server has its own errors for a malformed or cut-off chunk
+        except Exception as exc:  # each WSGI server has its own errors for a malformed or cut-off chunk
+            if timed_out(exc):
+                raise
             return Refusal(400, "bad_request", "The chunked body is malformed or was cut off.")
     declared = (request.META.get("CONTENT_LENGTH") or "0").strip()
     if not (declared.isascii() and declared.isdigit()):
