@@ -30,7 +30,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
-from ankusa_site.middleware import stop_reading, timed_out
+from ankusa_site.middleware import late, late_detail
 from ankusa_site.permissions import Access  # noqa: F401 - the views' one import
 
 JSON_PREFIXES = ("/api/", "/hooks/")
@@ -50,11 +50,10 @@ def json_errors(exc, context):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, RequestDataTooBig):
         exc = TooLarge()
-    elif isinstance(exc, UnreadablePostError):  # the client went away or stalled mid-body
-        if timed_out(exc):
-            exc = RequestTimeout(stop_reading(context["request"]))
-        else:
-            exc = exceptions.ParseError("The body was cut off.")
+    elif isinstance(exc, UnreadablePostError | exceptions.ParseError) and late(context["request"]):
+        exc = RequestTimeout(late_detail())  # the body was cut at its deadline
+    elif isinstance(exc, UnreadablePostError):  # the client went away mid-body
+        exc = exceptions.ParseError("The body was cut off.")
     response = exception_handler(exc, context)
     if response is None:
         return None

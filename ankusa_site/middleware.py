@@ -1,54 +1,112 @@
 """How long any request may take to send its body (``ANKUSA_BODY_TIMEOUT_S``), under gunicorn.
 
-gunicorn's threaded worker reads a request's body with no timeout: a client that sends its headers
-and then trickles the body (or never sends it) holds one of the worker's threads for as long as it
-likes, and a handful of such clients hold every thread of a node. ``body_timeout`` — the first
-middleware — gives the connection's socket a timeout before anything reads the body, and takes it
-off again before gunicorn writes the answer. A read that times out raises
-``TimeoutError`` (inside Django's ``UnreadablePostError``), which the places that read bodies turn
-into a 408 (``timed_out``, ``stop_reading``): the intake's ``read_body`` and the API's error
-handler; Django's CSRF check answers 403 for the admin's forms.
+gunicorn's threaded worker reads a request's body with no time limit: a client that sends its
+headers and then trickles the body (a byte every few seconds) or never sends it holds one of the
+worker's threads for as long as it likes, and a handful of such clients hold every thread of a
+node. A socket timeout does not help against the trickle: it bounds each wait, not the whole body.
+
+``body_timeout`` — the first middleware — gives each request that has a body a deadline, kept by
+one watching thread per process (:class:`Deadlines`). A request still running at its deadline has
+its connection's read side shut: whoever waits for the body reads its end at once, and the request
+is marked late (``late(request)``). The places that read bodies answer a late one 408
+``request_timeout`` (``late_detail()``): the intake's ``read_body`` and the API's error handler;
+Django's CSRF check answers 403 for an admin form it could not read. A request whose body came in
+time and that runs past its deadline only loses its connection's keep-alive.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
+import os
 import socket
+import threading
+import time
 
 from django.conf import settings
+
+LATE = "ankusa.body_late"  # set in a request's META when its deadline passed
+# The watching thread wakes at most this often: deadlines are kept to within it.
+GRAIN_S = 0.05
+
+
+class Deadlines:
+    """Requests' deadlines in one process, and the thread that keeps them.
+
+    Every deadline is the same time after its request began, so they fall due in the order they
+    were set: a queue, not a heap. A request that ends in time only leaves its entry, which the
+    thread drops when it comes due."""
+
+    def __init__(self):
+        self._turn = threading.Condition()
+        self._due: collections.deque = collections.deque()  # (deadline, number), in order
+        self._open: dict[int, tuple] = {}  # number -> (socket, META) of the requests still running
+        self._numbers = itertools.count()
+        self._pid = None  # the process whose thread keeps them (gunicorn forks its workers)
+
+    def watch(self, sock, meta: dict, seconds: float) -> int:
+        with self._turn:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._due.clear()
+                self._open.clear()
+                threading.Thread(target=self._keep, name="body-deadlines", daemon=True).start()
+            number = next(self._numbers)
+            self._open[number] = (sock, meta)
+            self._due.append((time.monotonic() + seconds, number))
+            if len(self._due) == 1:
+                self._turn.notify()
+            return number
+
+    def forget(self, number: int) -> None:
+        with self._turn:
+            self._open.pop(number, None)
+
+    def _keep(self) -> None:
+        with self._turn:
+            while True:
+                now = time.monotonic()
+                while self._due and (self._due[0][0] <= now or self._due[0][1] not in self._open):
+                    _, number = self._due.popleft()
+                    running = self._open.pop(number, None)
+                    if running is not None:
+                        _shut(*running)
+                if not self._due:
+                    self._turn.wait()
+                else:
+                    self._turn.wait(max(self._due[0][0] - now, GRAIN_S))
+
+
+def _shut(sock, meta: dict) -> None:
+    meta[LATE] = True
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)  # a thread waiting in recv() wakes with the end of the stream
+
+
+DEADLINES = Deadlines()
 
 
 def body_timeout(get_response):
     def middleware(request):
-        sock = request.META.get("gunicorn.socket")
-        if sock is None:
+        meta = request.META
+        sock = meta.get("gunicorn.socket")
+        has_body = meta.get("CONTENT_LENGTH", "") not in ("", "0") or "HTTP_TRANSFER_ENCODING" in meta
+        if sock is None or not has_body:
             return get_response(request)
-        sock.settimeout(settings.ANKUSA_BODY_TIMEOUT_S)
+        number = DEADLINES.watch(sock, meta, settings.ANKUSA_BODY_TIMEOUT_S)
         try:
             return get_response(request)
-        finally:  # the answer is written without it: a large one to a slow reader may take long
-            sock.settimeout(None)
+        finally:
+            DEADLINES.forget(number)
 
     return middleware
 
 
-def timed_out(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is a body read that ran out of time: a ``TimeoutError`` down its chain of
-    causes (Django wraps the socket's in ``UnreadablePostError``, twice when read for ``.body``)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, TimeoutError):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+def late(request) -> bool:
+    """Whether ``request``'s body did not arrive by its deadline (its connection reads no more)."""
+    return bool(request.META.get(LATE))
 
 
-def stop_reading(request) -> str:
-    """Read nothing more from ``request``'s connection (gunicorn would otherwise wait for the rest
-    of the body before the connection's next request); the detail of the 408 to answer."""
-    sock = request.META.get("gunicorn.socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RD)
+def late_detail() -> str:
     return f"The body did not arrive within {settings.ANKUSA_BODY_TIMEOUT_S:g} s."

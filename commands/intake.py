@@ -60,7 +60,7 @@ from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
-from ankusa_site.middleware import stop_reading, timed_out
+from ankusa_site.middleware import late, late_detail
 from ankusa_site.prepared import execute_prepared
 from commands import dispatch
 from commands.models import Command, Delivery, Source
@@ -589,10 +589,12 @@ def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
     """
     try:
         body = _read(request, limit)
-    except Exception as exc:
-        if not timed_out(exc):
+    except Exception:
+        if not late(request):
             raise
-        return Refusal(408, "request_timeout", stop_reading(request))
+        body = None
+    if late(request):  # whatever came of the read: its end was the deadline's
+        return Refusal(408, "request_timeout", late_detail())
     if isinstance(body, Refusal):
         return body
     metrics.labelled(metrics.INTAKE_BODY_BYTES, endpoint).observe(len(body))
@@ -605,9 +607,7 @@ def _read(request, limit: int) -> bytes | Refusal:
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         try:
             return _read_chunked(request.META["wsgi.input"], limit)
-        except Exception as exc:  # each WSGI server has its own errors for a malformed or cut-off chunk
-            if timed_out(exc):
-                raise
+        except Exception:  # each WSGI server has its own errors for a malformed or cut-off chunk
             return Refusal(400, "bad_request", "The chunked body is malformed or was cut off.")
     declared = (request.META.get("CONTENT_LENGTH") or "0").strip()
     if not (declared.isascii() and declared.isdigit()):
@@ -616,9 +616,7 @@ def _read(request, limit: int) -> bytes | Refusal:
         return Refusal(413, "too_large", f"The body is larger than this tenant's {limit} bytes.")
     try:
         body = request.read(limit + 1)
-    except OSError as exc:  # Django's UnreadablePostError: the client went away mid-body
-        if timed_out(exc):
-            raise
+    except OSError:  # Django's UnreadablePostError: the client went away mid-body
         return Refusal(400, "bad_request", "The body was cut off.")
     if len(body) < int(declared):  # the client closed its side before sending all of it
         return Refusal(

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from django.conf import settings
@@ -91,3 +92,29 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.log.close()
+
+
+class Trickle:
+    """While open, sends one byte (a space) every ``every`` seconds down each of ``socks``: a client
+    that keeps its body coming too slowly to ever finish it. Sockets the server closed are skipped."""
+
+    def __init__(self, socks: list, every: float = 0.1):
+        self.socks, self.every = socks, every
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._send, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        self.thread.join()
+
+    def _send(self):
+        while not self.stopped.wait(self.every):
+            for sock in self.socks:
+                try:
+                    sock.send(b" ")
+                except OSError:
+                    pass

@@ -22,6 +22,7 @@ from limits.models import Tenant
 from queues.models import QueueItem
 from tests.commands.conftest import github_headers
 from tests.limits.conftest import silent_socket, start_private_redis  # noqa: F401 - fixtures
+from tests.servers import Trickle
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -249,10 +250,13 @@ def test_a_body_shorter_than_its_content_length_is_a_400_json_and_stores_nothing
 
 
 @pytest.mark.parametrize(
-    ("framing", "start"), [("Content-Length: 100", b"{"), ("Transfer-Encoding: chunked", b"10\r\n{")]
+    ("framing", "start"),
+    [("Content-Length: 1000", b"{"), ("Transfer-Encoding: chunked", b"1000\r\n{")],
+    ids=["sized", "chunked"],
 )
+@pytest.mark.parametrize("trickling", [False, True], ids=["stalled", "trickling"])
 def test_bodies_that_never_finish_arriving_are_a_408_and_do_not_hold_the_nodes_threads(
-    hook_source, start_node, framing, start
+    hook_source, start_node, framing, start, trickling
 ):
     node = start_node(workers=1, threads=2, ANKUSA_BODY_TIMEOUT_S="0.5")
     slow = []
@@ -260,7 +264,9 @@ def test_bodies_that_never_finish_arriving_are_a_408_and_do_not_hold_the_nodes_t
         sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
         sock.sendall(webhook_head(framing) + start)
         slow.append(sock)
-    answers = [read_answer(sock) for sock in slow]
+    # Stalled: nothing more comes. Trickling: a byte every 0.1 s, each wait short, the whole never.
+    with Trickle(slow if trickling else []):
+        answers = [read_answer(sock) for sock in slow]
     assert (
         answers
         == [(408, {"error": "request_timeout", "detail": "The body did not arrive within 0.5 s."})] * 4

@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from limits.models import Tenant
+from tests.servers import Trickle
 from tests.staff import staff_user, token_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -37,21 +38,24 @@ def status_of(sock) -> int:
     return answer_of(sock)[0]
 
 
-def test_an_admin_form_whose_body_never_arrives_is_refused_and_frees_its_thread(start_node):
+@pytest.mark.parametrize("trickling", [False, True], ids=["stalled", "trickling"])
+def test_an_admin_form_whose_body_never_arrives_is_refused_and_frees_its_thread(start_node, trickling):
     node = start_node(workers=1, threads=2, ANKUSA_BODY_TIMEOUT_S="0.5")
     slow = []
     for _ in range(4):  # twice the node's threads
         sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
-        sock.sendall(head("POST", "/admin/login/", "application/x-www-form-urlencoded", 100) + b"username=")
+        sock.sendall(head("POST", "/admin/login/", "application/x-www-form-urlencoded", 1000) + b"username=")
         slow.append(sock)
     # Django's CSRF check reads the form first, and answers 403 for a body it could not read.
-    assert [status_of(sock) for sock in slow] == [403] * 4
+    with Trickle(slow if trickling else []):
+        assert [status_of(sock) for sock in slow] == [403] * 4
     for sock in slow:
         sock.close()
     assert node.request("GET", "/healthz", timeout=5)[0] == 200
 
 
-def test_an_api_write_whose_body_never_arrives_is_a_408_json_and_frees_its_thread(start_node):
+@pytest.mark.parametrize("trickling", [False, True], ids=["stalled", "trickling"])
+def test_an_api_write_whose_body_never_arrives_is_a_408_json_and_frees_its_thread(start_node, trickling):
     Tenant.objects.create(slug="acme", name="Acme")
     token = token_for(staff_user("admin"))
     node = start_node(workers=1, threads=2, ANKUSA_BODY_TIMEOUT_S="0.5")
@@ -59,11 +63,12 @@ def test_an_api_write_whose_body_never_arrives_is_a_408_json_and_frees_its_threa
     for _ in range(4):  # twice the node's threads, each authenticated, each stalled mid-body
         sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
         sock.sendall(
-            head("PATCH", "/api/v1/tenants/acme/", "application/json", 100, Authorization=f"Bearer {token}")
+            head("PATCH", "/api/v1/tenants/acme/", "application/json", 1000, Authorization=f"Bearer {token}")
             + b'{"name": '
         )
         slow.append(sock)
-    answers = [answer_of(sock) for sock in slow]
+    with Trickle(slow if trickling else []):
+        answers = [answer_of(sock) for sock in slow]
     for status, body in answers:
         assert (status, json.loads(body)) == (
             408,
