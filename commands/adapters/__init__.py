@@ -9,7 +9,13 @@ Every dispatch goes through :func:`send`, which adds what no adapter should have
 * a connector with a configuration problem (disabled, no URL, a missing credential) is not sent
   at all, and the outcome is ``after-fix`` — a person fixes it, and the next round sends it;
 * an adapter that raises is a failure with **no** outlook: our own bug happened somewhere between
-  "about to send" and "sent", so nobody knows whether it went out, and unknown means no retry.
+  "about to send" and "sent", so nobody knows whether it went out, and unknown means no retry;
+* that failure's message is withheld, from the outcome (which the tenant reads as ``last_error``)
+  and from the logged traceback (its frames are kept), when it quotes the connector's secret or a
+  header value that cannot be sent, in any of the forms Python prints a string or its bytes, and
+  whenever it is a ``UnicodeError`` (whose message quotes the character it could not encode).
+  Withholding is a second line: the adapters name a bad header without quoting it themselves. It
+  cannot see a secret quoted in part, or in a form other than those.
 
 What this does not guarantee: an ``ok`` outcome means the receiver answered success, not that it
 acted; a failure may still have been acted on (a read timeout after the receiver took it) — that
@@ -31,6 +37,9 @@ if TYPE_CHECKING:
     from commands.models import Command, Connector
 
 logger = logging.getLogger("ankusa.commands.adapters")
+
+# What an outcome's detail says instead of a message that may quote a credential.
+WITHHELD = "{} (message withheld: it may quote the connector's secret or a header value)"
 
 # An attempt keeps this much of the receiver's answer: enough to read an error message, bounded so
 # a receiver answering megabytes cannot grow the attempts table.
@@ -93,7 +102,50 @@ def send(command: Command) -> Outcome:
     try:
         return registry()[connector.kind].send(command)
     except Exception as exc:  # an adapter bug: whether it went out is unknown
-        logger.exception("adapter %s raised for command %s", connector.kind, command.pk)
-        return Outcome(
-            ok=False, outlook=None, detail=str(exc)[:EXCERPT_CHARS], error_class=type(exc).__name__
-        )
+        name = type(exc).__name__
+        if _may_quote_a_credential(exc, connector):
+            detail = WITHHELD.format(name)
+            # The traceback's frames, under a stand-in that carries no message and no chain.
+            exc_info = (MessageWithheld, MessageWithheld(detail), exc.__traceback__)
+        else:
+            detail, exc_info = str(exc), (type(exc), exc, exc.__traceback__)
+        logger.error("adapter %s raised for command %s", connector.kind, command.pk, exc_info=exc_info)
+        return Outcome(ok=False, outlook=None, detail=detail[:EXCERPT_CHARS], error_class=name)
+
+
+class MessageWithheld(Exception):  # noqa: N818 - it names what the log line shows, not an error of its own
+    """Logged in place of an adapter's exception whose message may quote a credential."""
+
+
+def _quoted_forms(value: str) -> set[str]:
+    """``value`` as an error message may print it: as is, as a str's or its bytes' repr."""
+    forms = {value, repr(value)[1:-1], ascii(value)[1:-1]}
+    for encoding in ("latin-1", "utf-8"):
+        forms.add(repr(value.encode(encoding, "backslashreplace"))[2:-1])
+    return {form for form in forms if form}
+
+
+def _may_quote_a_credential(exc: BaseException, connector: Connector) -> bool:
+    """Whether ``exc`` or an exception in its chain may quote the secret or a header value that
+    cannot be sent (the values an error about a header quotes). Header values that can be sent are
+    not secret: staff and the tenant read them on the connector."""
+    from commands.adapters.http import header_value_problem
+
+    values = [connector.secret] if connector.secret else []
+    values += [
+        str(value)
+        for value in (connector.headers or {}).values()
+        if header_value_problem(str(value)) is not None
+    ]
+    forms = set().union(*(_quoted_forms(value) for value in values))
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, UnicodeError):
+            return True
+        text = str(link)
+        if any(form in text for form in forms):
+            return True
+        link = link.__cause__ or link.__context__
+    return False

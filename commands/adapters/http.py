@@ -14,6 +14,14 @@ The outlook of a failure, in precedence order:
 3. the defaults: network error, 408, 425, 429, 5xx → ``again``; 401, 403, 407 → ``after-fix``;
    400, 404, 405, 410, 413, 415, 422 → ``never``; anything else (3xx, other 4xx) → none (unknown).
 
+A header value that cannot be sent (a CR or LF that would start another header, another control
+character, a character past Latin-1, the encoding http.client sends values in) is a configuration
+problem: :func:`header_value_problem` is the one rule, used when a connector is saved (the model's
+validation, so the admin and the API refuse it), by :meth:`HttpAdapter.check` before a send (for rows
+stored before the rule), and by :meth:`HttpAdapter.send` if http.client refuses a header all the
+same. Each says which header, never its value: http.client's own message quotes the value
+("Invalid header value b'Bearer …'"), and an outcome's detail is shown to the tenant.
+
 What this does not guarantee: a read timeout is ``again`` although the receiver may have acted;
 that is safe only because a retry needs a connector that declared idempotency.
 """
@@ -21,6 +29,7 @@ that is safe only because a retry needs a connector that declared idempotency.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from urllib.parse import urlsplit
 
@@ -35,6 +44,39 @@ AFTER_FIX_STATUSES = frozenset({401, 403, 407})
 NEVER_STATUSES = frozenset({400, 404, 405, 410, 413, 415, 422})
 # How much of a body we drain to keep the connection for reuse; past this, closing is cheaper.
 DRAIN_LIMIT_BYTES = 64 * 1024
+
+# An HTTP header name is a token (RFC 9110 §5.6.2).
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# What a header value may hold (RFC 9110 §5.5): visible ASCII, space, tab, and the visible rest of
+# Latin-1 (obs-text; http.client encodes values as Latin-1). Not DEL or the C1 controls
+# (0x7f-0x9f): no credential holds one, and a receiver may take one for the end of the header.
+_NOT_IN_HEADER_VALUE = re.compile(r"[^\t\x20-\x7e\xa0-\xff]")
+# Not quoted either: a name that is no token may hold a CR or LF.
+BAD_HEADER_NAME = "a header name is not a valid HTTP header name"
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as a header value, in words that never quote it; None if it can."""
+    found = _NOT_IN_HEADER_VALUE.search(value)
+    if found is None:
+        return None
+    if found.group() in "\r\n":
+        return "must be on one line (no CR or LF)"
+    if ord(found.group()) > 0xFF:
+        return "may hold only Latin-1 characters"
+    return "must not hold control characters"
+
+
+def _unsendable_header(headers: dict[str, str]) -> str | None:
+    """Which header of ``headers`` cannot be sent and why, as a fixed text naming only the header."""
+    for name, value in headers.items():
+        if not HEADER_NAME.match(name):
+            return BAD_HEADER_NAME
+        problem = header_value_problem(value)
+        if problem is not None:
+            return f"the value of the {name} header {problem}"
+    return None
+
 
 _pool: urllib3.PoolManager | None = None
 _pool_lock = threading.Lock()
@@ -125,6 +167,13 @@ class HttpAdapter:
             found.append("the URL carries credentials; put them in the secret instead")
         if connector.secret_header and not connector.secret:
             found.append(f"missing credential for the {connector.secret_header} header")
+        elif connector.secret_header and (problem := header_value_problem(connector.secret)):
+            found.append(f"the secret for the {connector.secret_header} header {problem}")
+        for name, value in (connector.headers or {}).items():
+            if not HEADER_NAME.match(str(name)):
+                found.append(BAD_HEADER_NAME)
+            elif problem := header_value_problem(str(value)):
+                found.append(f"the value of the {name} header {problem}")
         return found
 
     def send(self, command) -> Outcome:
@@ -156,6 +205,14 @@ class HttpAdapter:
                 detail=str(reason)[:EXCERPT_CHARS],
                 error_class=type(reason).__name__,
             )
+        except ValueError:
+            # http.client refuses a header before a byte is sent ("Invalid header value b'…'", or a
+            # UnicodeEncodeError quoting the character), and urllib3 drops that connection. Its
+            # message quotes the value, so it is replaced; any other ValueError is a bug (unknown).
+            problem = _unsendable_header(headers)
+            if problem is None:
+                raise
+            return Outcome(ok=False, outlook=Outlook.AFTER_FIX, detail=problem, error_class="Configuration")
         status = response.status
         excerpt = _excerpt(response)
         if 200 <= status <= 299:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import socket
@@ -215,3 +216,160 @@ def test_the_log_adapter_logs_the_command_without_its_payload_and_succeeds(
 def test_an_unknown_kind_is_a_problem(make_connector):
     connector = make_connector(kind="carrier-pigeon")
     assert adapters.problems(connector) == ["unknown connector kind 'carrier-pigeon'"]
+
+
+# --- a secret or header value that cannot be sent never reaches last_error or the log ----------
+
+UNSENDABLE = [
+    ("Bearer topsecretvalue\r\nX-Evil: 1", "must be on one line (no CR or LF)"),
+    ("Bearer topsecretvalue\x01", "must not hold control characters"),  # PostgreSQL stores no NUL
+    ("Bearer topsecretvalue\u20ac", "may hold only Latin-1 characters"),
+]
+
+
+def stored_without_validation(connector, **fields):
+    """What a row saved before the validation existed (or by a bulk update) may hold."""
+    type(connector).objects.filter(pk=connector.pk).update(**fields)
+    connector.refresh_from_db()
+    return connector
+
+
+@pytest.mark.parametrize(("secret", "problem"), UNSENDABLE)
+def test_a_stored_secret_that_is_no_header_value_is_after_fix_naming_only_the_header(
+    make_connector, make_command, sink, caplog, secret, problem
+):
+    connector = make_connector(url=sink.url, secret_header="Authorization", secret="Bearer ok")
+    command = make_command(stored_without_validation(connector, secret=secret))
+    with caplog.at_level(logging.DEBUG):
+        outcome = adapters.send(command)
+    assert outcome == adapters.Outcome(
+        ok=False,
+        outlook=Outlook.AFTER_FIX,
+        detail=f"the secret for the Authorization header {problem}",
+        error_class="Configuration",
+    )
+    assert sink.received == []
+    assert "topsecretvalue" not in caplog.text
+
+
+def test_a_stored_header_value_that_cannot_be_sent_is_after_fix_naming_only_the_header(
+    make_connector, make_command, sink
+):
+    connector = make_connector(url=sink.url)
+    command = make_command(stored_without_validation(connector, headers={"X-Note": "a\r\nX-Evil: 1"}))
+    outcome = adapters.send(command)
+    assert (outcome.outlook, outcome.error_class, outcome.detail) == (
+        Outlook.AFTER_FIX,
+        "Configuration",
+        "the value of the X-Note header must be on one line (no CR or LF)",
+    )
+    assert sink.received == []
+
+
+def test_a_stored_header_name_that_is_no_token_is_after_fix_without_quoting_it(
+    make_connector, make_command, sink
+):
+    connector = make_connector(url=sink.url)
+    command = make_command(stored_without_validation(connector, headers={"X\r\nX-Evil": "1"}))
+    outcome = adapters.send(command)
+    assert (outcome.outlook, outcome.error_class, outcome.detail) == (
+        Outlook.AFTER_FIX,
+        "Configuration",
+        "a header name is not a valid HTTP header name",
+    )
+    assert http.ADAPTER.send(command) == outcome  # past the check, http.client's refusal is replaced
+    assert sink.received == []
+
+
+@pytest.mark.parametrize(("secret", "problem"), [UNSENDABLE[0], UNSENDABLE[2]])  # what http.client refuses
+def test_the_http_adapter_itself_never_quotes_a_header_value_it_could_not_send(
+    make_connector, make_command, sink, caplog, secret, problem
+):
+    """Defence in depth: called past the configuration check, the send's own error (http.client
+    quotes the value: "Invalid header value b'Bearer …'") becomes a fixed text naming the header."""
+    connector = make_connector(url=sink.url, secret_header="Authorization", secret="Bearer ok")
+    command = make_command(stored_without_validation(connector, secret=secret))
+    with caplog.at_level(logging.DEBUG):
+        outcome = http.ADAPTER.send(command)
+    assert outcome == adapters.Outcome(
+        ok=False,
+        outlook=Outlook.AFTER_FIX,
+        detail=f"the value of the Authorization header {problem}",
+        error_class="Configuration",
+    )
+    assert sink.received == []
+    assert "topsecretvalue" not in caplog.text
+
+
+def quoting_in_a_chain() -> RuntimeError:
+    try:
+        try:
+            raise ValueError("b'Bearer \\xe9topsecretvalue'")
+        except ValueError:
+            raise RuntimeError("the adapter gave up")  # noqa: B904 - the implicit chain is the point
+    except RuntimeError as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ValueError("Invalid header value b'Bearer \\xe9topsecretvalue'"),
+        ValueError("the value was Bearer \u00e9topsecretvalue"),
+        KeyError("Bearer \u00e9topsecretvalue"),
+        quoting_in_a_chain(),
+        UnicodeEncodeError("latin-1", "\u20ac", 0, 1, "ordinal not in range(256)"),
+    ],
+)
+def test_an_adapter_error_quoting_the_secret_is_withheld_from_the_outcome_and_the_log(
+    make_connector, make_command, monkeypatch, caplog, error
+):
+    connector = make_connector(
+        url="http://127.0.0.1:9/", secret_header="Authorization", secret="Bearer \u00e9topsecretvalue"
+    )
+    command = make_command(connector)
+
+    def broken(command):
+        raise error
+
+    monkeypatch.setattr(adapters.registry()["http"], "send", broken)
+    with caplog.at_level(logging.DEBUG, logger="ankusa.commands.adapters"):
+        outcome = adapters.send(command)
+    name = type(error).__name__
+    assert outcome == adapters.Outcome(
+        ok=False,
+        outlook=None,
+        detail=f"{name} (message withheld: it may quote the connector's secret or a header value)",
+        error_class=name,
+    )
+    [record] = caplog.records
+    assert record.getMessage() == f"adapter http raised for command {command.pk}"
+    assert "in broken" in caplog.text  # the traceback's frames are kept
+    assert "topsecretvalue" not in caplog.text
+    assert "\\u20ac" not in caplog.text and "\u20ac" not in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dispatch_records_an_unsendable_secret_as_after_fix_without_quoting_it(
+    make_connector, make_command, caplog
+):
+    from django.core.management import call_command
+
+    from commands import dispatch
+    from commands.models import Attempt
+    from queues.fifo import get_queue
+
+    get_queue(dispatch.QUEUE_NAME).flush()
+    connector = make_connector(url="http://127.0.0.1:1/", secret_header="Authorization", secret="Bearer ok")
+    command = make_command(stored_without_validation(connector, secret="Bearer topsecretvalue\r\nX-Evil: 1"))
+    with caplog.at_level(logging.DEBUG):
+        call_command("dispatch", "--once", stdout=io.StringIO())
+    command.refresh_from_db()
+    assert (command.last_outlook, command.last_error_class, command.last_error) == (
+        Outlook.AFTER_FIX,
+        "Configuration",
+        "the secret for the Authorization header must be on one line (no CR or LF)",
+    )
+    assert command.skip_reason != "outlook-unknown"
+    assert [a.error_message for a in Attempt.objects.filter(command=command)] == [command.last_error]
+    assert "topsecretvalue" not in caplog.text

@@ -68,12 +68,38 @@ def test_saving_a_connector_makes_its_after_fix_commands_due(world, call):
         ({"name": "spare"}, "non_field_errors"),
         ({"tenant": "globex"}, "tenant"),
         ({"secret_header": "Bad Header"}, "secret_header"),
+        ({"secret": "Bearer x\r\nX-Evil: 1"}, "secret"),
+        ({"secret": "\u20ac"}, "secret"),
+        ({"headers": {"X-A": "a\u0001b"}}, "headers"),
+        ({"url": "http://user:pw@127.0.0.1:1/x"}, "url"),
     ],
 )
 def test_a_bad_connector_is_a_400_naming_the_field(world, call, body, field):
     status, data = call("admin", "PATCH", f"/api/v1/connectors/{world.a.connector.pk}/", body)
     assert (status, data["error"]) == (400, "invalid"), data
     assert field in data["fields"]
+
+
+def test_a_secret_that_is_no_header_value_is_refused_naming_the_field_never_quoting_it(world, call):
+    body = {"tenant": "acme", "name": "h-sec", "kind": "http", "url": "http://127.0.0.1:1/",
+            "secret_header": "Authorization", "secret": "Bearer topsecretvalue\r\nX-Evil: 1"}  # fmt: skip
+    status, data = call("admin", "POST", "/api/v1/connectors/", body)
+    assert (status, data["error"], data["fields"]) == (
+        400,
+        "invalid",
+        {"secret": ["The secret must be on one line (no CR or LF)."]},
+    )
+    never_shows(data, "topsecretvalue")
+    assert not Connector.objects.filter(name="h-sec").exists()
+
+
+def test_a_url_with_credentials_is_refused_naming_the_field_never_quoting_it(world, call):
+    body = {"tenant": "acme", "name": "h-url", "kind": "http", "url": "http://user:s3cretpw@127.0.0.1:1/x"}
+    status, data = call("admin", "POST", "/api/v1/connectors/", body)
+    assert (status, list(data["fields"])) == (400, ["url"])
+    assert "secret header" in data["fields"]["url"][0]
+    never_shows(data, "s3cretpw")
+    assert not Connector.objects.filter(name="h-url").exists()
 
 
 def test_a_number_too_large_for_a_float_is_a_400(world):

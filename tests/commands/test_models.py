@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 from django.utils import timezone
 
 from commands.models import Command, Source
@@ -113,11 +114,18 @@ def test_a_source_starts_its_commands_as_drafts_only_when_they_need_approval(ten
         ("headers", {"X": 1}, "Headers must be a JSON object of strings"),
         ("headers", {"X Bad": "1"}, "is not a valid HTTP header name"),
         ("headers", {"X-Note": "a\r\nInjected: 1"}, "must be on one line"),
+        ("headers", {"X-Note": "a\x00b"}, "The value of X-Note must not hold control characters"),
+        ("headers", {"X-Note": "\u20ac"}, "The value of X-Note may hold only Latin-1 characters"),
         ("headers", {"authorization": "Bearer x"}, "carries a credential: put it in the secret"),
         ("secret_header", "Author ization", "is not a valid HTTP header name"),
         ("status_map", {"abc": "never"}, "is not an HTTP status code"),
         ("status_map", {"503": "soon"}, "is not an outlook"),
         ("url", "ftp://example.test/", "Enter a valid URL"),
+        ("url", "http://user:s3cretpw@127.0.0.1:1/x", "must not carry credentials"),
+        ("url", "http://user@127.0.0.1:1/x", "must not carry credentials"),
+        ("secret", "Bearer x\r\nX-Evil: 1", "The secret must be on one line"),
+        ("secret", "Bearer x\x7f", "The secret must not hold control characters"),
+        ("secret", "\u20ac", "The secret may hold only Latin-1 characters"),
         ("read_timeout_s", 295.0, "must stay under the queue's visibility timeout"),
     ],
 )
@@ -126,3 +134,48 @@ def test_connector_configuration_is_validated(make_connector, field, value, mess
     setattr(connector, field, value)
     with pytest.raises(ValidationError, match=message):
         connector.full_clean()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("secret", "Bearer topsecretvalue\r\nX-Evil: 1"),
+        ("secret", "Bearer topsecretvalue\x00"),
+        ("secret", "Bearer topsecretvalue\u20ac"),
+        ("url", "http://user:topsecretvalue@127.0.0.1:1/x"),
+    ],
+)
+def test_a_connector_refuses_an_unsendable_secret_or_a_url_with_credentials_by_field_without_quoting_it(
+    make_connector, field, value
+):
+    connector = make_connector(secret_header="Authorization", secret="Bearer ok")
+    setattr(connector, field, value)
+    with pytest.raises(ValidationError) as refused:
+        connector.full_clean()
+    assert list(refused.value.message_dict) == [field]
+    assert "topsecretvalue" not in str(refused.value.message_dict)
+
+
+def test_a_secret_with_a_tab_or_latin_1_characters_is_a_valid_header_value(make_connector):
+    connector = make_connector(url="http://127.0.0.1:9/", secret_header="Authorization")
+    connector.secret = "Bearer\tcaf\u00e9-token"
+    connector.headers = {"X-Team": "op\ts \u00e9quipe"}
+    connector.full_clean()
+
+
+def test_the_admin_refuses_an_unsendable_secret_and_a_url_with_credentials(admin_client, make_connector):
+    connector = make_connector(url="http://127.0.0.1:9/", secret_header="Authorization", secret="Bearer ok")
+    data = {
+        "tenant": connector.tenant_id, "name": connector.name, "kind": "http", "enabled": "on",
+        "url": "http://user:topsecretpw@127.0.0.1:9/", "method": "POST", "headers": "{}",
+        "status_map": "{}", "secret_header": "Authorization", "secret": "Bearer topsecretvalue\r\nX-Evil: 1",
+    }  # fmt: skip
+    page = admin_client.post(reverse("admin:commands_connector_change", args=[connector.pk]), data)
+    assert page.status_code == 200  # the form again, with its errors
+    form = page.context["adminform"].form
+    assert set(form.errors) == {"url", "secret"}
+    assert "must not carry credentials" in form.errors["url"][0]
+    assert form.errors["secret"] == ["The secret must be on one line (no CR or LF)."]
+    assert "topsecretvalue" not in page.content.decode()
+    connector.refresh_from_db()
+    assert (connector.url, connector.secret) == ("http://127.0.0.1:9/", "Bearer ok")
