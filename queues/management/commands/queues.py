@@ -6,12 +6,17 @@ batches of 1,000 items and draw a progress bar when stdout is a terminal; in cro
 they print one summary line per queue, and only when something was moved, so a quiet night
 sends no mail. ``--verbosity 0`` silences the summaries too.
 
+A number it cannot use (``--delay inf``, ``--older-than nan``, a negative one, a fail count past a
+32-bit integer) is refused by the argument parser, naming the option, before any queue is touched:
+the same bounds as the REST endpoints (``queues.api``).
+
 Meant for cron: ``queues recover`` every minute is what recovers items whose consumer died, when
 the dispatch loop is not running its own recovery.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from datetime import timedelta
@@ -19,9 +24,34 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 
 from queues.actions import known_queues, overview
+from queues.api import MAX_SECONDS
 from queues.fifo import ACTIONS, KINDS, NAME_PATTERN, ReliableFIFO, get_queue
 
 CHUNK = 1000
+# A fail count is a 32-bit integer column; the REST endpoint takes the same range.
+MAX_FAIL_COUNT = 2**31 - 1
+
+
+def seconds(text: str) -> float:
+    """An argument type: a number of seconds that makes a duration (no inf, nan or negative)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= MAX_SECONDS:  # nan fails every comparison
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to {MAX_SECONDS:,}")
+    return value
+
+
+def fail_count(text: str) -> int:
+    """An argument type: a whole number a fail count column can be compared with."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_FAIL_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {MAX_FAIL_COUNT:,}")
+    return value
 
 
 class Progress:
@@ -53,7 +83,13 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
         def with_queue(p, required=False):
-            p.add_argument("--queue", action="append", required=required, help="Queue name (repeatable).")
+            p.add_argument(
+                "--queue",
+                action="append",
+                required=required,
+                help="Queue name (repeatable)."
+                + ("" if required else " Without it: every known queue of both backends."),
+            )
             p.add_argument(
                 "--backend", choices=["database", "redis"], help="Override the configured backend."
             )
@@ -62,16 +98,18 @@ class Command(BaseCommand):
         stats = with_queue(sub.add_parser("stats", help="Lengths and ages of every sub-queue."))
         stats.add_argument("--json", action="store_true", help="One JSON document instead of a table.")
         recover = with_queue(sub.add_parser("recover", help="Recover items claimed too long ago."))
-        recover.add_argument("--older-than", type=float, help="Seconds (default: the visibility timeout).")
+        recover.add_argument("--older-than", type=seconds, help="Seconds (default: the visibility timeout).")
         recover.add_argument("--action", choices=ACTIONS, default="requeue", dest="on_expiry")
         requeue = with_queue(sub.add_parser("requeue-failed", help="Move failed items back to the queue."))
-        requeue.add_argument("--max-fail-count", type=int, help="Only items that failed at most this often.")
         requeue.add_argument(
-            "--delay", type=float, help="Only items that failed at least this many seconds ago."
+            "--max-fail-count", type=fail_count, help="Only items that failed at most this often."
+        )
+        requeue.add_argument(
+            "--delay", type=seconds, help="Only items that failed at least this many seconds ago."
         )
         remove = with_queue(sub.add_parser("remove-failed", help="Delete failed items."))
         remove.add_argument(
-            "--older-than", type=float, help="Only items that failed at least this many seconds ago."
+            "--older-than", type=seconds, help="Only items that failed at least this many seconds ago."
         )
         flush = with_queue(sub.add_parser("flush", help="Delete every item of a queue."), required=True)
         flush.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
