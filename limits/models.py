@@ -16,8 +16,10 @@ reset them: the tenant may wait out up to one old window.
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -150,6 +152,13 @@ class LimitOverride(models.Model):
             raise ValidationError(errors)
 
 
+# A token's name is shown in the admin, in its lists and in log lines: no C0/C1 control character
+# (tab, CR and LF included), no line or paragraph separator, no lone surrogate (what an argument
+# that is not UTF-8 becomes, and no database stores).
+TOKEN_NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+TOKEN_NAME_RULE = "A token's name is one line of printable text: no control characters."
+
+
 class ApiTokenQuerySet(models.QuerySet):
     def usable(self):
         """Tokens that authenticate: not revoked, owner active."""
@@ -187,8 +196,14 @@ class ApiToken(models.Model):
         return f"{self.name} ({display(self.key_id)})"
 
     def clean(self):
+        # The name's rule is here rather than a field validator, which would need a migration.
+        errors = {}
+        if TOKEN_NAME_FORBIDDEN.search(self.name or ""):
+            errors["name"] = TOKEN_NAME_RULE
         if (self.tenant_id is None) == (self.user_id is None):
-            raise ValidationError("Choose a tenant or a staff user (exactly one).")
+            errors[NON_FIELD_ERRORS] = "Choose a tenant or a staff user (exactly one)."
+        if errors:
+            raise ValidationError(errors)
 
     @classmethod
     def issue(cls, *, name: str, tenant: Tenant | None = None, user=None) -> tuple[ApiToken, str]:

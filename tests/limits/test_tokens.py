@@ -141,3 +141,45 @@ def test_the_token_command_issues_and_revokes(tenant, capsys):
 def test_the_token_command_refuses_an_unknown_tenant():
     with pytest.raises(CommandError, match="No tenant 'nope'"):
         call_command("token", "issue", "--tenant", "nope", "--name", "ci")
+
+
+NAME_RULE = "A token's name is one line of printable text: no control characters."
+
+
+@pytest.mark.parametrize("name", ["ci\x01", "line\nbreak", "tab\there", "del\x7f", "sep\u2028", "bad\udcff"])
+def test_a_tokens_name_refuses_control_characters(tenant, name):
+    with pytest.raises(ValidationError) as refused:
+        ApiToken.issue(name=name, tenant=tenant)
+    assert refused.value.message_dict == {"name": [NAME_RULE]}
+    assert not ApiToken.objects.exists()
+
+
+def test_a_tokens_name_may_hold_any_printable_text(tenant):
+    token, _ = ApiToken.issue(name="Billing – Zürich 請求 ✓", tenant=tenant)
+    assert token.name == "Billing – Zürich 請求 ✓"
+
+
+def test_the_admin_refuses_a_token_name_with_control_characters(admin_client, tenant):
+    response = admin_client.post(
+        "/admin/limits/apitoken/add/", {"name": "bill\x01ing", "tenant": tenant.pk, "user": ""}
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {"name": [NAME_RULE]}
+    assert not ApiToken.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("", "--name: This field cannot be blank."),
+        ("   ", "--name: This field cannot be blank."),
+        ("x" * 300, "--name: Ensure this value has at most 100 characters (it has 300)."),
+        ("ci\x01", f"--name: {NAME_RULE}"),
+    ],
+)
+def test_the_token_command_refuses_a_bad_name_naming_the_rule(tenant, capsys, name, error):
+    with pytest.raises(CommandError) as refused:
+        call_command("token", "issue", "--tenant", "acme", "--name", name)
+    assert str(refused.value) == error
+    assert capsys.readouterr().out == ""
+    assert not ApiToken.objects.exists()

@@ -1,8 +1,13 @@
-"""``manage.py token issue|revoke``: API tokens from the shell (the admin does the same)."""
+"""``manage.py token issue|revoke``: API tokens from the shell (the admin does the same).
+
+``issue`` applies the model's validation, as the admin does (the name is stripped as the admin's
+form strips it); a refusal is a ``CommandError`` naming the option and the rule.
+"""
 
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -39,7 +44,10 @@ class Command(BaseCommand):
             user = get_user_model().objects.filter(username=options["user"], is_staff=True).first()
             if user is None:
                 raise CommandError(f"No staff user {options['user']!r}.")
-        _, plaintext = ApiToken.issue(name=options["name"], tenant=tenant, user=user)
+        try:
+            _, plaintext = ApiToken.issue(name=options["name"].strip(), tenant=tenant, user=user)
+        except ValidationError as exc:
+            raise CommandError(_refusal(exc)) from None
         self.stdout.write(plaintext)
 
     def revoke(self, key_id: str) -> None:
@@ -49,3 +57,11 @@ class Command(BaseCommand):
         if not count:
             raise CommandError(f"No active token {tokens.display(key_id)}.")
         self.stdout.write(f"Revoked {tokens.display(key_id)}.")
+
+
+def _refusal(exc: ValidationError) -> str:
+    """The model's refusal as one line, each message after the option it is about."""
+    return "; ".join(
+        (" ".join(messages) if field == NON_FIELD_ERRORS else f"--{field}: {' '.join(messages)}")
+        for field, messages in exc.message_dict.items()
+    )
