@@ -20,8 +20,6 @@ Pacing is the domain's: a bulk resend gets due times spread at ``ANKUSA_RESEND_P
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -31,24 +29,17 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from ankusa_site.admin import selected_across
+from ankusa_site.admin import StorableJSONField, selected_across
 from commands import actions
 from commands.explain import explain
 from commands.models import Command
 from commands.states import State
 
 
-class PrettyJSONField(forms.JSONField):
-    """JSON shown indented, so a payload of any size can be read and edited in the textarea."""
-
-    def prepare_value(self, value):
-        if isinstance(value, forms.fields.InvalidJSONInput):
-            return value
-        return json.dumps(value, indent=2, ensure_ascii=False)
-
-
 class NewCommandForm(forms.Form):
-    payload = PrettyJSONField(
+    # The admin's shared JSON field: the intake's rule for what a database can store, null refused.
+    payload = StorableJSONField(
+        indent=2,
         widget=forms.Textarea(attrs={"rows": 16, "cols": 80, "class": "vLargeTextField"}),
         help_text="The new command's payload, as JSON. The original keeps its own.",
     )

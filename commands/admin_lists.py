@@ -20,10 +20,10 @@ per table, not per filter, so it would be wrong exactly when a filter is applied
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.utils import timezone
@@ -32,6 +32,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
+from ankusa_site.admin import parse_id, readable_json
 from commands.explain import AFTER_FIX_REASONS, SKIP_REASONS, explain, reason_key
 from commands.models import Command, Connector
 from commands.retry import Outlook, SkipReason
@@ -87,9 +88,7 @@ def age(when, now=None) -> str:
 
 def pretty_json(value):
     """A payload as readable, escaped text in a ``<pre>`` (never interpreted as HTML)."""
-    return format_html(
-        '<pre class="ankusa-payload">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
-    )
+    return format_html('<pre class="ankusa-payload">{}</pre>', readable_json(value, indent=2))
 
 
 class CappedPaginator(Paginator):
@@ -186,7 +185,10 @@ class ConnectorFilter(admin.RelatedFieldListFilter):
 
 
 class AuditEntryFilter(admin.SimpleListFilter):
-    """The commands one audit entry touched (``?audit=<id>``), however many: the audit list links here."""
+    """The commands one audit entry touched (``?audit=<id>``), however many: the audit list links here.
+
+    A value that is no id (``parse_id``: "²", "-1", past 2**63 - 1) is an invalid filter (``?e=1``).
+    """
 
     title = "audit entry"
     parameter_name = "audit"
@@ -194,10 +196,13 @@ class AuditEntryFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         # Shown only while applied: a choice per audit entry would be a list of thousands.
         value = self.value()
-        return [(value, f"audit entry {value}")] if value and value.isdigit() else []
+        return [(value, f"audit entry {value}")] if value else []
 
     def queryset(self, request, queryset):
         value = self.value()
-        if value and value.isdigit():
-            return queryset.filter(audit_entries=int(value))
-        return queryset
+        if not value:
+            return queryset
+        audit = parse_id(value)
+        if audit is None:
+            raise IncorrectLookupParameters(f"audit={value[:40]!r} is not an audit entry id.")
+        return queryset.filter(audit_entries=audit)

@@ -18,8 +18,6 @@
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import BadRequest, PermissionDenied
@@ -32,7 +30,7 @@ from django.utils.text import Truncator
 from django.utils.timesince import timesince
 from redis.exceptions import RedisError
 
-from ankusa_site.admin import ModelAdmin, selected_across
+from ankusa_site.admin import ModelAdmin, readable_json, selected_across
 from queues import actions
 from queues.fifo import KINDS, Item, Kind
 from queues.models import QueueItem
@@ -51,7 +49,7 @@ OPERATIONS = {
 
 def short_json(value) -> str:
     """A payload as the lists show it: JSON, cut to 80 characters."""
-    return Truncator(json.dumps(value, ensure_ascii=False)).chars(80)
+    return Truncator(readable_json(value)).chars(80)
 
 
 def short_text(text: str) -> str:
