@@ -6,7 +6,7 @@ everywhere. Validation errors keep the per-field messages under ``fields`` as we
 no view answers (404) and server errors (500) under ``/api/`` and ``/hooks/`` get the same shape
 from ``ankusa_site.urls``' handlers instead of Django's HTML pages. Hostile input is a 4xx, never
 a 500: JSON nested too deep, NUL characters, lone surrogates and numbers no database stores (refused
-by ``ankusa_site.parsers`` for every body, and by :func:`storable_json` for JSON a field keeps), ids
+by ``ankusa_site.parsers`` for every body, the JSON fields' included), ids
 past 2**63-1 (refused before any query), a cursor whose position is not a value of the list's
 ordering (:class:`Cursor`), and any text the renderer is handed (``ankusa_site.renderers``).
 """
@@ -124,15 +124,6 @@ ERROR = inline_serializer(
         "fields": _FieldErrors(required=False),
     },
 )
-
-
-def storable_json(value):
-    """A validator: JSON every database stores (no NUL character, bounded depth, finite numbers)."""
-    from commands.intake import unstorable
-
-    problem = unstorable(value)
-    if problem:
-        raise serializers.ValidationError(problem)
 
 
 def errors(*statuses: int) -> dict:

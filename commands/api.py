@@ -47,7 +47,6 @@ from ankusa_site.api import (
     StrictSerializer,
     clean_model,
     errors,
-    storable_json,
 )
 from commands import actions, intake_api
 from commands.explain import explain
@@ -173,8 +172,8 @@ class ConnectorSerializer(Owned):
         help_text="The full credential header value. Write-only: never returned.",
     )
     secret_set = serializers.SerializerMethodField()
-    headers = serializers.JSONField(required=False, validators=[storable_json])
-    status_map = serializers.JSONField(required=False, validators=[storable_json])
+    headers = serializers.JSONField(required=False)
+    status_map = serializers.JSONField(required=False)
 
     class Meta:
         model = Connector
@@ -254,7 +253,7 @@ class SourceSerializer(Owned):
         help_text="The signing secrets, newest first. Write-only: never returned.",
     )
     secrets_set = serializers.SerializerMethodField()
-    verifier_options = serializers.JSONField(required=False, validators=[storable_json])
+    verifier_options = serializers.JSONField(required=False)
 
     class Meta:
         model = Source
@@ -457,9 +456,7 @@ class BulkInput(ActionInput):
 
 
 class NewCommandInput(StrictSerializer):
-    payload = serializers.JSONField(
-        required=False, validators=[storable_json], help_text="The new payload; omitted: the original's."
-    )
+    payload = serializers.JSONField(required=False, help_text="The new payload; omitted: the original's.")
     reason = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
 
 
