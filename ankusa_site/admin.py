@@ -46,10 +46,8 @@ from django.db import DataError, models
 from django.forms.fields import InvalidJSONInput, JSONString
 
 from commands import intake
+from commands.intake_api import MAX_ID  # ids are 64-bit: SQLite's driver cannot bind a larger int
 
-# The largest value of a 64-bit signed integer key (BigAutoField): SQLite's driver cannot bind a
-# larger Python int (OverflowError), so no larger id is ever sent to a query.
-MAX_ID = 2**63 - 1
 # What building or counting a changelist's query raises for a value the database cannot use: a year
 # no date holds (ValueError, OverflowError past 9999-12-31), an int SQLite cannot bind
 # (OverflowError), a NUL PostgreSQL refuses (DataError, raised by psycopg before sending).
@@ -132,8 +130,8 @@ class StorableJSONField(forms.JSONField):
         if isinstance(parsed, intake.Refusal):
             raise ValidationError(_for_a_field(parsed.detail), code="invalid")
         document = parsed[0]
-        if document is None and not self.allow_null:
-            raise ValidationError(self.error_messages["null"], code="null")
+        if document is None and not self.allow_null:  # said here: a required field's own check
+            raise ValidationError(self.error_messages["null"], code="null")  # would say "required"
         return JSONString(document) if isinstance(document, str) else document
 
     def validate(self, value):
