@@ -1,0 +1,54 @@
+"""What gunicorn itself refuses, before the site sees the request — a malformed request line,
+headers or chunk framing, a URI or headers too long — is answered as every other error is: JSON
+``{"error", "detail"}``, never gunicorn's HTML page (``ankusa_site.gunicorn_conf``)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def post(head: str, body: bytes = b"") -> bytes:
+    return f"POST /hooks/acme/orders/ HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode() + body
+
+
+HOSTILE = {
+    "malformed request line": (b"GARBAGE\r\n\r\n", 400, "bad_request"),
+    "bad HTTP version": (b"GET / HTTP/9.x\r\nHost: 127.0.0.1\r\n\r\n", 400, "bad_request"),
+    "header name with a space": (post("Bad Header: 1\r\nContent-Length: 0\r\n"), 400, "bad_request"),
+    "two Content-Lengths": (post("Content-Length: 1\r\nContent-Length: 2\r\n", b"ab"), 400, "bad_request"),
+    "unknown transfer coding": (post("Transfer-Encoding: gzip\r\n"), 400, "bad_request"),
+    "URI too long": (b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 414, "uri_too_long"),
+    "header too long": (post("Idempotency-Key: " + "k" * 10_000 + "\r\n"), 431, "headers_too_large"),
+    "too many headers": (post("".join(f"X-H{i}: 1\r\n" for i in range(120))), 431, "headers_too_large"),
+}
+
+
+def exchange(port: int, request: bytes) -> tuple[int, dict, bytes]:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while data := sock.recv(65536):
+            answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split(" ", 2)[1]), headers, body
+
+
+@pytest.mark.parametrize("request_bytes,status,code", HOSTILE.values(), ids=HOSTILE.keys())
+def test_a_request_gunicorn_refuses_is_answered_with_a_json_error(start_node, request_bytes, status, code):
+    node = start_node(workers=1, threads=2)
+    answered, headers, body = exchange(node.port, request_bytes)
+    assert answered == status
+    assert headers["content-type"] == "application/json"
+    assert int(headers["content-length"]) == len(body)
+    error = json.loads(body)
+    assert error["error"] == code
+    assert error["detail"]
+    assert b"<html" not in body
+    assert node.request("GET", "/healthz", timeout=5)[0] == 200  # and the node goes on serving
