@@ -1,0 +1,99 @@
+"""Data migrations of ``commands``, run against rows made with the models as they were before."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from commands.models import Connector
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE = ("commands", "0005_person_links_and_attempt_time")
+
+
+@pytest.fixture
+def connector_before():
+    """Make connectors with the models of ``BEFORE``; the test then migrates to the latest."""
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("commands")
+    executor.migrate([BEFORE])
+    apps = executor.loader.project_state([BEFORE]).apps
+    tenant = apps.get_model("limits", "Tenant").objects.create(slug="acme", name="Acme")
+    made = []
+
+    def make(**fields):
+        fields = {
+            "kind": "http",
+            "url": "https://example.com/hook",
+            "headers": {},
+            "status_map": {},
+            **fields,
+        }
+        made.append(apps.get_model("commands", "Connector").objects.create(tenant=tenant, **fields).pk)
+        return made[-1]
+
+    def migrate():
+        MigrationExecutor(connection).migrate(latest)
+        return [Connector.objects.get(pk=pk) for pk in made]
+
+    yield make, migrate
+    MigrationExecutor(connection).migrate(latest)
+
+
+def basic(pair: str) -> str:
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def test_a_url_with_user_and_password_becomes_the_basic_authorization_secret(connector_before):
+    make, migrate = connector_before
+    make(name="a", url="https://ops:p%40ss@example.com:8443/hook?x=1")
+    (connector,) = migrate()
+    assert connector.url == "https://example.com:8443/hook?x=1"
+    assert (connector.secret_header, connector.secret) == ("Authorization", basic("ops:p@ss"))
+
+
+def test_a_urls_credentials_beside_a_secret_header_are_dropped_and_the_secret_kept(connector_before):
+    make, migrate = connector_before
+    make(name="a", url="https://token@example.com/hook", secret_header="X-Api-Key", secret="k-1")
+    (connector,) = migrate()
+    assert connector.url == "https://example.com/hook"
+    assert (connector.secret_header, connector.secret) == ("X-Api-Key", "k-1")
+
+
+def test_a_credential_header_becomes_the_secret_header_with_the_same_value(connector_before):
+    make, migrate = connector_before
+    make(name="a", headers={"authorization": "Bearer t-1", "X-Team": "ops"})
+    (connector,) = migrate()
+    assert connector.headers == {"X-Team": "ops"}
+    assert (connector.secret_header, connector.secret) == ("authorization", "Bearer t-1")
+
+
+def test_a_credential_header_that_was_sent_wins_over_the_urls_which_never_was(connector_before):
+    make, migrate = connector_before
+    make(name="a", url="https://ops:pw@example.com/", headers={"Cookie": "s=1"})
+    (connector,) = migrate()
+    assert connector.url == "https://example.com/"
+    assert connector.headers == {}
+    assert (connector.secret_header, connector.secret) == ("Cookie", "s=1")
+
+
+def test_a_credential_header_beside_a_secret_header_is_left_as_it_is(connector_before):
+    make, migrate = connector_before
+    make(name="a", headers={"Cookie": "s=1"}, secret_header="Authorization", secret="Bearer t")
+    (connector,) = migrate()
+    assert connector.headers == {"Cookie": "s=1"}
+    assert (connector.secret_header, connector.secret) == ("Authorization", "Bearer t")
+
+
+def test_a_connector_without_credentials_in_shown_fields_is_not_touched(connector_before):
+    make, migrate = connector_before
+    make(name="a", headers={"X-Team": "ops"}, secret_header="Authorization", secret="Bearer t")
+    make(name="b", url="")
+    before = list(Connector.objects.order_by("name").values_list("updated_at", flat=True))
+    connectors = migrate()
+    assert [c.updated_at for c in connectors] == before
+    assert connectors[0].url == "https://example.com/hook" and connectors[0].headers == {"X-Team": "ops"}
