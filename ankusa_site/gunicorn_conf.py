@@ -10,10 +10,10 @@ sight (``gc.freeze``). They live as long as the worker does, yet each collection
 generation walked them all again: ``perf`` under the intake benchmark put the collector at about
 6 % of the machine's busy CPU. Garbage made while serving is collected as before.
 
-What gunicorn refuses itself, before the site sees the request (a malformed request line, header
-or chunk framing, a URI or headers over its limits, an unknown transfer coding), it answers with
-an HTML page of its own; here those answers are the site's JSON error, ``{"error", "detail"}``,
-with the same status. gunicorn's every worker class writes them through ``gunicorn.util.write_error``,
+What gunicorn refuses itself, before the site sees the request (a malformed request line or
+header, a request line or headers over its limits, a transfer coding it does not take), it answers
+with an HTML page of its own; here those answers are the site's JSON error, ``{"error", "detail"}``,
+with the same status. Every gunicorn worker class writes them through ``gunicorn.util.write_error``,
 which this module replaces when gunicorn loads it (master and workers alike).
 """
 
