@@ -141,6 +141,11 @@ def env_mapping(
 # SQLite waits this long for a competing writer before raising "database is locked". Twenty seconds
 # covers a dispatch round committing a large batch while gunicorn threads take intake writes.
 SQLITE_BUSY_TIMEOUT_S = 20
+# Each thread keeps its SQLite connection across requests, as PostgreSQL's are kept
+# (``conn_max_age``). Closed after each request instead, the process's last connection to the file
+# checkpoints the write-ahead log into it and deletes it on every close: measured in one process
+# serving webhooks, 0.8 ms of a 2.3 ms request, and the connect and its PRAGMAs came on top.
+SQLITE_CONN_MAX_AGE_S = 60
 
 
 def shown_url(value: str) -> str:
@@ -181,6 +186,7 @@ def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
                 "transaction_mode": "IMMEDIATE",
                 "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL",
             },
+            "CONN_MAX_AGE": SQLITE_CONN_MAX_AGE_S,
             # A file, not Django's default in-memory test database, so the subprocesses that the
             # concurrency tests start see the same data.
             "TEST": {"NAME": str(path.with_name(f"test_{path.name}"))},

@@ -115,6 +115,12 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout_and_immediate_transactions(
     assert options["transaction_mode"] == "IMMEDIATE"
 
 
+def test_sqlite_connections_are_kept_across_requests_as_postgresqls_are():
+    sqlite = parse_database_url("DATABASE_URL", "sqlite:///x.db", base_dir=BASE)
+    postgres = parse_database_url("DATABASE_URL", "postgres://db.internal/ankusa", base_dir=BASE)
+    assert sqlite["CONN_MAX_AGE"] == postgres["CONN_MAX_AGE"] == 60
+
+
 def test_postgres_url_is_split_into_its_parts():
     db = parse_database_url("DATABASE_URL", "postgres://ank:p%40ss@db.internal:6543/ankusa", base_dir=BASE)
     assert (db["ENGINE"], db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (

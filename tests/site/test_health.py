@@ -2,9 +2,12 @@ import json
 import re
 import subprocess
 import sys
+from wsgiref.util import setup_testing_defaults
 
 import pytest
 from django.conf import settings
+from django.core.handlers.wsgi import WSGIHandler
+from django.db import connection
 from django.test import override_settings
 
 
@@ -111,3 +114,23 @@ def test_readyz_is_503_naming_the_unapplied_migrations(service_env, tmp_path):
     assert answer["status"] == 503
     assert answer["body"]["failing"] == ["migrations"]
     assert re.match(r"^\d+ unapplied: \w+\.0001_initial", answer["body"]["checks"]["migrations"]["error"])
+
+
+def test_a_node_keeps_its_database_connection_from_one_request_to_the_next(transactional_db):
+    """Through the WSGI handler, which closes what is past ``CONN_MAX_AGE`` as each request ends (the
+    test client never does). A SQLite connection closed after each request checkpointed the
+    write-ahead log on every close."""
+    handler = WSGIHandler()
+
+    def readyz():
+        environ = {"PATH_INFO": "/readyz"}
+        setup_testing_defaults(environ)
+        response = handler(environ, lambda status, headers, exc_info=None: None)
+        response.close()
+        return response.status_code
+
+    assert readyz() == 200
+    kept = connection.connection
+    assert kept is not None
+    assert readyz() == 200
+    assert connection.connection is kept
