@@ -354,12 +354,23 @@ class ReliableFIFO(abc.ABC):
             )
 
 
+# What JSON carries but not every backend stores: a lone surrogate (UTF-8 cannot encode it, so
+# neither Redis nor PostgreSQL takes it) and NUL (PostgreSQL's jsonb refuses the escape). In the
+# encoded text a NUL is the escape \u0000 after an even run of backslashes (an odd one escapes the
+# backslash instead); a lone surrogate stays itself.
+_UNSTORABLE = re.compile(r"[\ud800-\udfff]|(?<!\\)(?:\\\\)*\\u0000")
+
+
 def encode_payload(payload: Any) -> str:
-    """The payload as compact JSON; anything JSON cannot carry (NaN, sets, objects) is refused."""
+    """The payload as compact JSON; anything JSON cannot carry (NaN, sets, objects) is refused, and
+    what some backend could not store (NUL, a lone surrogate), so every backend takes the same."""
     try:
-        return json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"A queue payload must be JSON: {exc}") from None
+    if _UNSTORABLE.search(text):
+        raise ValueError("A queue payload must be JSON every backend can store: no NUL, no lone surrogate.")
+    return text
 
 
 def clip_error(error: str) -> str:

@@ -120,7 +120,19 @@ def test_identical_payloads_are_two_items(queue):
 
 @pytest.mark.parametrize(
     "payload",
-    [None, 0, -7, 3.5, "text", "ünïcödé ✓", [], {}, [1, "two", None], {"nested": {"list": [1, {"k": "v"}]}}],
+    [
+        None,
+        0,
+        -7,
+        3.5,
+        "text",
+        "ünïcödé ✓",
+        "not a NUL: \\u0000",
+        [],
+        {},
+        [1, "two", None],
+        {"nested": {"list": [1, {"k": "v"}]}},
+    ],
 )
 def test_json_payloads_come_back_equal(queue, payload):
     queue.enqueue(payload)
@@ -132,6 +144,13 @@ def test_json_payloads_come_back_equal(queue, payload):
 @pytest.mark.parametrize("payload", [{1, 2}, object(), float("nan"), b"bytes"])
 def test_a_payload_json_cannot_carry_is_refused_and_nothing_is_enqueued(queue, payload):
     with pytest.raises(ValueError, match="must be JSON"):
+        queue.enqueue("fine", payload)
+    assert queue.length() == 0
+
+
+@pytest.mark.parametrize("payload", ["a\x00b", {"k\x00": 1}, "\\\x00", "\ud800", {"k": ["\udfff"]}])
+def test_a_payload_some_backend_cannot_store_is_refused_by_every_backend(queue, payload):
+    with pytest.raises(ValueError, match="every backend can store"):
         queue.enqueue("fine", payload)
     assert queue.length() == 0
 
