@@ -164,7 +164,8 @@ def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
 
     SQLite runs in WAL mode (readers never block the writer) with a busy timeout, and every
     transaction starts ``IMMEDIATE`` so two writers queue on the lock at ``BEGIN`` instead of one
-    failing with "database is locked" when it upgrades a read lock halfway through.
+    failing with "database is locked" when it upgrades a read lock halfway through; the site's
+    backend (``ankusa_site.sqlite3``) waits for that lock in short steps.
     ``sqlite:///var/x.db`` is relative to the project folder, ``sqlite:////srv/x.db`` absolute.
     """
     parts = urlsplit(value)
@@ -179,7 +180,7 @@ def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
         if not path.is_absolute():
             path = base_dir / path
         return {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "ankusa_site.sqlite3",
             "NAME": str(path),
             "OPTIONS": {
                 "timeout": SQLITE_BUSY_TIMEOUT_S,

@@ -1,0 +1,96 @@
+"""Django's SQLite backend, waiting for the write lock in short steps rather than SQLite's own.
+
+Every transaction here starts ``BEGIN IMMEDIATE`` (``ankusa_site.env``), so writers queue for the
+one write lock there. A writer that finds it taken waits in SQLite's busy handler, which sleeps
+1, 2, 5, 10, 15, 20, 25 … 100 ms between tries, while the intake's write holds the lock for well
+under a millisecond: under load the waiting threads slept most of the time away, the machine a
+third idle (``bench/intake.py`` on SQLite).
+
+Here the threads of one process that write to one file take turns on a lock of the process's own
+first (handed over at once when a transaction ends); the thread whose turn it is tries
+``BEGIN IMMEDIATE`` without the busy handler and, while another process holds the write lock,
+again after 50 µs, doubling up to 1 ms. Both waits end at the connection's ``timeout``, after which
+it fails as SQLite's would ("database is locked"). Statements outside a transaction keep SQLite's
+handler and the same timeout.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+from django.db.backends.sqlite3 import base
+from django.db.utils import OperationalError
+
+FIRST_WAIT_S = 50e-6
+LONGEST_WAIT_S = 1e-3
+DEFAULT_TIMEOUT_S = 5.0  # Python's sqlite3.connect default, when OPTIONS name none
+
+_turns: dict[str, threading.Lock] = {}
+_turns_made = threading.Lock()
+
+
+def _turn(name: str) -> threading.Lock:
+    with _turns_made:
+        return _turns.setdefault(name, threading.Lock())
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    _turn_held: threading.Lock | None = None
+
+    def _start_transaction_under_autocommit(self):
+        if self.transaction_mode != "IMMEDIATE":
+            return super()._start_transaction_under_autocommit()
+        timeout_s = float(self.settings_dict["OPTIONS"].get("timeout", DEFAULT_TIMEOUT_S))
+        deadline = time.monotonic() + timeout_s
+        turn = _turn(self.settings_dict["NAME"])
+        if not turn.acquire(timeout=timeout_s):
+            raise OperationalError("database is locked")
+        try:
+            self._begin_immediate(deadline, timeout_s)
+        except BaseException:
+            turn.release()
+            raise
+        self._turn_held = turn
+
+    def _begin_immediate(self, deadline: float, timeout_s: float) -> None:
+        connection = self.connection
+        with self.wrap_database_errors:
+            connection.execute("PRAGMA busy_timeout = 0")
+            try:
+                wait = FIRST_WAIT_S
+                while True:
+                    try:
+                        connection.execute("BEGIN IMMEDIATE")
+                        return
+                    except sqlite3.OperationalError as exc:
+                        if not _busy(exc) or time.monotonic() >= deadline:
+                            raise
+                    time.sleep(wait)
+                    wait = min(wait * 2, LONGEST_WAIT_S)
+            finally:
+                connection.execute(f"PRAGMA busy_timeout = {round(timeout_s * 1000)}")
+
+    def _end_turn(self) -> None:
+        turn, self._turn_held = self._turn_held, None
+        if turn is not None:
+            turn.release()
+
+    def _set_autocommit(self, autocommit):
+        try:
+            super()._set_autocommit(autocommit)
+        finally:
+            if autocommit:  # the transaction ended (committed or rolled back): the next writer's turn
+                self._end_turn()
+
+    def _close(self):
+        try:
+            super()._close()
+        finally:
+            self._end_turn()

@@ -1,0 +1,200 @@
+"""The site's SQLite backend (``ankusa_site.sqlite3``): a transaction waits for the write lock in
+short steps of its own, as long as the connection's timeout, and fails as SQLite would after it;
+the threads of one process take turns before that, and a turn ends with the transaction."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import threading
+import time
+
+import pytest
+from django.db.utils import ConnectionHandler, OperationalError
+
+from ankusa_site.env import parse_database_url
+from ankusa_site.sqlite3.base import DatabaseWrapper, _turn
+
+
+def wrapper(path, timeout_s: float) -> DatabaseWrapper:
+    """A connection of the site's backend to the file ``path``, as ``DATABASE_URL`` would make it."""
+    settings_dict = parse_database_url("DATABASE_URL", f"sqlite:///{path}", base_dir=path.parent)
+    settings_dict["OPTIONS"]["timeout"] = timeout_s
+    db = ConnectionHandler({"default": settings_dict})["default"]
+    assert isinstance(db, DatabaseWrapper)
+    return db
+
+
+@pytest.fixture
+def database(tmp_path, django_db_blocker):
+    path = tmp_path / "db.sqlite3"
+    with sqlite3.connect(path) as setup:
+        setup.execute("PRAGMA journal_mode=WAL")
+        setup.execute("CREATE TABLE t (n INTEGER)")
+    made = []
+
+    def connect(timeout_s: float = 5.0) -> DatabaseWrapper:
+        made.append(wrapper(path, timeout_s))
+        made[-1].ensure_connection()
+        return made[-1]
+
+    with django_db_blocker.unblock():
+        yield path, connect
+        for db in made:
+            db.close()
+
+
+def hold_write_lock(path, seconds: float, ready) -> None:
+    """In another process: take the write lock, tell ``ready``, keep it ``seconds``, commit."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (1)")
+    ready.set()
+    time.sleep(seconds)
+    holder.execute("COMMIT")
+    holder.close()
+
+
+def begin(db: DatabaseWrapper) -> None:
+    """What ``transaction.atomic()`` does first on a connection in autocommit."""
+    db.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+
+
+def end(db: DatabaseWrapper, *, commit: bool = True) -> None:
+    """What ``transaction.atomic()`` does last."""
+    db.commit() if commit else db.rollback()
+    db.set_autocommit(True)
+
+
+def busy_timeout_ms(db: DatabaseWrapper) -> int:
+    return db.connection.execute("PRAGMA busy_timeout").fetchone()[0]
+
+
+def test_a_transaction_waits_for_a_writer_in_another_process_then_begins(database):
+    path, connect = database
+    db = connect(timeout_s=5.0)
+    ready = multiprocessing.Event()
+    holder = multiprocessing.Process(target=hold_write_lock, args=(path, 0.3, ready))
+    holder.start()
+    try:
+        assert ready.wait(10)
+        statements = []
+        db.connection.set_trace_callback(statements.append)
+        started = time.monotonic()
+        begin(db)
+        waited = time.monotonic() - started
+        db.connection.set_trace_callback(None)
+        db.connection.execute("INSERT INTO t VALUES (2)")
+        end(db)
+    finally:
+        holder.join(10)
+    assert waited > 0.1  # it did wait for the holder, which kept the lock 0.3 s
+    # Not in SQLite's busy handler (one BEGIN, sleeping up to 100 ms between its own tries) but in
+    # short steps of its own: the handler off, BEGIN tried again and again, the handler back.
+    assert statements[0] == "PRAGMA busy_timeout = 0"
+    assert statements[-1] == "PRAGMA busy_timeout = 5000"
+    assert set(statements[1:-1]) == {"BEGIN IMMEDIATE"} and len(statements) > 10
+    assert [n for (n,) in db.connection.execute("SELECT n FROM t ORDER BY n")] == [1, 2]
+    assert busy_timeout_ms(db) == 5000  # statements outside a transaction keep SQLite's handler
+
+
+def test_a_transaction_that_never_gets_the_lock_fails_as_locked_after_the_timeout(database):
+    path, connect = database
+    db = connect(timeout_s=0.2)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationalError, match="database is locked"):
+            begin(db)
+        assert time.monotonic() - started >= 0.2
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not db.connection.in_transaction
+    assert busy_timeout_ms(db) == 200
+
+
+def test_threads_each_with_a_connection_all_write_and_none_is_refused(database):
+    path, connect = database
+    errors = []
+
+    def write(n: int) -> None:
+        db = wrapper(path, timeout_s=5.0)
+        try:
+            for _ in range(25):
+                begin(db)
+                db.connection.execute("INSERT INTO t VALUES (?)", (n,))
+                end(db)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+        finally:
+            db.close()
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    with sqlite3.connect(path) as check:
+        assert check.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 200
+
+
+def test_threads_of_one_process_take_turns_instead_of_trying_sqlites_lock(database):
+    path, connect = database
+    first = connect()
+    begin(first)
+    statements = []
+
+    def second_writer() -> None:
+        second = wrapper(path, timeout_s=5.0)
+        second.ensure_connection()
+        second.connection.set_trace_callback(statements.append)
+        begin(second)
+        second.connection.execute("INSERT INTO t VALUES (2)")
+        end(second)
+        second.close()
+
+    waiting = threading.Thread(target=second_writer)
+    waiting.start()
+    time.sleep(0.2)  # time for the second writer to come to its turn (if not, it finds none taken)
+    first.connection.execute("INSERT INTO t VALUES (1)")
+    end(first)
+    waiting.join(10)
+    # It waited for its turn, not on SQLite's lock: by its turn the first had committed.
+    assert statements[:3] == ["PRAGMA busy_timeout = 0", "BEGIN IMMEDIATE", "PRAGMA busy_timeout = 5000"]
+    assert [n for (n,) in first.connection.execute("SELECT n FROM t ORDER BY n")] == [1, 2]
+
+
+@pytest.mark.parametrize("how", ["commit", "rollback", "close"])
+def test_a_turn_ends_with_its_transaction_however_it_ends(database, how):
+    path, connect = database
+    db = connect()
+    begin(db)
+    assert _turn(str(path)).locked()
+    if how == "close":
+        db.close()
+    else:
+        end(db, commit=how == "commit")
+    assert not _turn(str(path)).locked()
+
+
+def test_a_writer_that_waits_past_its_timeout_for_its_turn_fails_as_locked(database):
+    path, connect = database
+    holder, waiter = connect(), connect(timeout_s=0.2)
+    begin(holder)
+    failed = []
+
+    def wait_for_turn() -> None:
+        try:
+            waiter._start_transaction_under_autocommit()
+        except OperationalError as exc:
+            failed.append(str(exc))
+
+    thread = threading.Thread(target=wait_for_turn)  # another thread: the turn is not reentrant
+    thread.start()
+    thread.join(10)
+    end(holder)
+    assert failed == ["database is locked"]
+    assert not _turn(str(path)).locked()
