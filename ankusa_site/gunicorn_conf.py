@@ -13,11 +13,13 @@ generation walked them all again: ``perf`` under the intake benchmark put the co
 What gunicorn refuses itself, before the site sees the request (a malformed request line or
 header, a request line or headers over its limits, a transfer coding it does not take), it answers
 with an HTML page of its own; here those answers are the site's JSON error, ``{"error", "detail"}``,
-with the same status. Every gunicorn worker class writes them through ``gunicorn.util.write_error``,
-which this module replaces when gunicorn loads it (master and workers alike).
+with the same status. gunicorn's WSGI worker classes (sync, gthread, the async ones) write them
+through ``gunicorn.util.write_error``, which this module replaces when gunicorn loads it (master and
+workers alike); the status line's phrase is the status's own (gunicorn pairs 501 with "Bad Request").
 """
 
 import gc
+import http
 import json
 import os
 
@@ -40,6 +42,10 @@ def write_json_error(sock, status_int, reason, mesg):
     code, sentence = SERVER_ERRORS.get(status_int, SERVER_ERRORS[400 if status_int < 500 else 500])
     detail = f"{sentence}: {mesg[:300]}" if mesg else f"{sentence}."
     body = json.dumps({"error": code, "detail": detail}).encode()
+    try:
+        reason = http.HTTPStatus(status_int).phrase
+    except ValueError:
+        pass
     head = (
         f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
