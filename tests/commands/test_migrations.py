@@ -44,8 +44,8 @@ def connector_before():
     MigrationExecutor(connection).migrate(latest)
 
 
-def basic(pair: str) -> str:
-    return "Basic " + base64.b64encode(pair.encode()).decode()
+def basic(pair: str | bytes) -> str:
+    return "Basic " + base64.b64encode(pair.encode() if isinstance(pair, str) else pair).decode()
 
 
 def test_a_url_with_user_and_password_becomes_the_basic_authorization_secret(connector_before):
@@ -54,6 +54,28 @@ def test_a_url_with_user_and_password_becomes_the_basic_authorization_secret(con
     (connector,) = migrate()
     assert connector.url == "https://example.com:8443/hook?x=1"
     assert (connector.secret_header, connector.secret) == ("Authorization", basic("ops:p@ss"))
+
+
+def test_a_urls_percent_escapes_go_into_the_basic_credential_as_the_bytes_they_are(connector_before):
+    make, migrate = connector_before
+    make(name="a", url="https://u:p%E9ss@example.com/")
+    (connector,) = migrate()
+    assert connector.secret == basic(b"u:p\xe9ss")
+
+
+def test_an_empty_userinfo_is_dropped_and_adds_no_credential(connector_before):
+    make, migrate = connector_before
+    make(name="a", url="https://@example.com/h")
+    (connector,) = migrate()
+    assert connector.url == "https://example.com/h"
+    assert (connector.secret_header, connector.secret) == ("", "")
+
+
+def test_a_url_credential_fills_a_secret_header_that_was_named_without_a_secret(connector_before):
+    make, migrate = connector_before
+    make(name="a", url="https://u:pw@example.com/", secret_header="X-Api-Key", secret="")
+    (connector,) = migrate()
+    assert (connector.secret_header, connector.secret) == ("Authorization", basic("u:pw"))
 
 
 def test_a_urls_credentials_beside_a_secret_header_are_dropped_and_the_secret_kept(connector_before):
@@ -79,6 +101,22 @@ def test_a_credential_header_that_was_sent_wins_over_the_urls_which_never_was(co
     assert connector.url == "https://example.com/"
     assert connector.headers == {}
     assert (connector.secret_header, connector.secret) == ("Cookie", "s=1")
+
+
+def test_of_several_credential_headers_authorization_becomes_the_secret_and_the_others_stay(connector_before):
+    make, migrate = connector_before
+    make(name="a", headers={"Authorization": "Bearer a", "X-Api-Key": "k"})
+    (connector,) = migrate()
+    assert (connector.secret_header, connector.secret) == ("Authorization", "Bearer a")
+    assert connector.headers == {"X-Api-Key": "k"}
+
+
+def test_an_empty_credential_header_is_not_made_a_secret(connector_before):
+    make, migrate = connector_before
+    make(name="a", headers={"Authorization": ""})
+    (connector,) = migrate()
+    assert connector.headers == {"Authorization": ""}
+    assert (connector.secret_header, connector.secret) == ("", "")
 
 
 def test_a_credential_header_beside_a_secret_header_is_left_as_it_is(connector_before):
