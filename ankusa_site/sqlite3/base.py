@@ -16,6 +16,7 @@ handler and the same timeout.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -29,6 +30,16 @@ DEFAULT_TIMEOUT_S = 5.0  # Python's sqlite3.connect default, when OPTIONS name n
 
 _turns: dict[str, threading.Lock] = {}
 _turns_made = threading.Lock()
+
+
+def _forget_turns() -> None:
+    """In a forked child: a turn held by a thread of the parent belongs to no thread here."""
+    global _turns_made
+    _turns.clear()
+    _turns_made = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_turns)
 
 
 def _turn(name: str) -> threading.Lock:

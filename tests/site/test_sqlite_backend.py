@@ -198,3 +198,22 @@ def test_a_writer_that_waits_past_its_timeout_for_its_turn_fails_as_locked(datab
     end(holder)
     assert failed == ["database is locked"]
     assert not _turn(str(path)).locked()
+
+
+def turn_is_free(path, answer) -> None:
+    answer.put(not _turn(str(path)).locked())
+
+
+def test_a_process_forked_while_a_thread_holds_a_turn_starts_with_its_turns_free(database):
+    path, connect = database
+    db = connect()
+    begin(db)
+    try:
+        fork = multiprocessing.get_context("fork")
+        answer = fork.Queue()
+        child = fork.Process(target=turn_is_free, args=(path, answer))
+        child.start()
+        child.join(10)
+        assert answer.get(timeout=10) is True
+    finally:
+        end(db)
