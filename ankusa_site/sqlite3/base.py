@@ -20,6 +20,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 
 from django.db.backends.sqlite3 import base
 from django.db.utils import OperationalError
@@ -53,7 +54,7 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    _turn_held: threading.Lock | None = None
+    _turn_held: weakref.finalize | None = None
 
     def _start_transaction_under_autocommit(self):
         if self.transaction_mode != "IMMEDIATE":
@@ -68,10 +69,14 @@ class DatabaseWrapper(base.DatabaseWrapper):
         except BaseException:
             turn.release()
             raise
-        self._turn_held = turn
+        # Released when the transaction ends, or if this connection is collected before it does (a
+        # thread that died inside ``atomic``): SQLite then rolls the transaction back as the
+        # connection goes, and the turn must go with it.
+        self._turn_held = weakref.finalize(self, turn.release)
 
     def _begin_immediate(self, deadline: float, timeout_s: float) -> None:
         connection = self.connection
+        started = time.monotonic()
         with self.wrap_database_errors:
             connection.execute("PRAGMA busy_timeout = 0")
             try:
@@ -79,6 +84,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 while True:
                     try:
                         connection.execute("BEGIN IMMEDIATE")
+                        if self.queries_logged:  # as Django's backend, whose BEGIN goes by its cursor
+                            self.queries_log.append(
+                                {"sql": "BEGIN IMMEDIATE", "time": f"{time.monotonic() - started:.3f}"}
+                            )
                         return
                     except sqlite3.OperationalError as exc:
                         if not _busy(exc) or time.monotonic() >= deadline:
@@ -89,9 +98,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 connection.execute(f"PRAGMA busy_timeout = {round(timeout_s * 1000)}")
 
     def _end_turn(self) -> None:
-        turn, self._turn_held = self._turn_held, None
-        if turn is not None:
-            turn.release()
+        held, self._turn_held = self._turn_held, None
+        if held is not None:
+            held()  # releases the turn, once
 
     def _set_autocommit(self, autocommit):
         try:

@@ -4,16 +4,20 @@ the threads of one process take turns before that, and a turn ends with the tran
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import sqlite3
 import threading
 import time
 
 import pytest
+from django.db import connection, transaction
 from django.db.utils import ConnectionHandler, OperationalError
+from django.test.utils import CaptureQueriesContext
 
 from ankusa_site.env import parse_database_url
 from ankusa_site.sqlite3.base import DatabaseWrapper, _turn
+from limits.models import Tenant
 
 
 def wrapper(path, timeout_s: float) -> DatabaseWrapper:
@@ -113,6 +117,7 @@ def test_a_transaction_that_never_gets_the_lock_fails_as_locked_after_the_timeou
         holder.close()
     assert not db.connection.in_transaction
     assert busy_timeout_ms(db) == 200
+    assert not _turn(str(path)).locked()  # the next writer of this process is not wedged
 
 
 def test_threads_each_with_a_connection_all_write_and_none_is_refused(database):
@@ -217,3 +222,58 @@ def test_a_process_forked_while_a_thread_holds_a_turn_starts_with_its_turns_free
         assert answer.get(timeout=10) is True
     finally:
         end(db)
+
+
+def test_a_begin_refused_for_another_reason_than_the_lock_fails_at_once_and_frees_the_turn(database):
+    path, connect = database
+    db = connect()
+    db.connection.execute("BEGIN")  # already in a transaction: SQLite refuses the next BEGIN outright
+    statements = []
+    db.connection.set_trace_callback(statements.append)
+    with pytest.raises(OperationalError, match="within a transaction"):
+        begin(db)
+    assert statements == ["PRAGMA busy_timeout = 0", "BEGIN IMMEDIATE", "PRAGMA busy_timeout = 5000"]
+    assert not _turn(str(path)).locked()
+
+
+def test_a_connection_collected_inside_its_transaction_gives_its_turn_back(database):
+    path, connect = database
+    lost = wrapper(path, timeout_s=5.0)
+    lost.ensure_connection()
+    begin(lost)  # and never ended: its thread died inside atomic, say
+    assert _turn(str(path)).locked()
+    del lost
+    gc.collect()
+    assert not _turn(str(path)).locked()
+    other = connect(timeout_s=1.0)
+    begin(other)  # SQLite rolled the lost one back as its connection went: the lock is free too
+    end(other)
+
+
+def test_atomic_hands_the_turn_over_before_its_on_commit_hooks_write(transactional_db):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite-only: DATABASE_URL names PostgreSQL in this run")
+    name = connection.settings_dict["NAME"]
+    seen = []
+
+    def hook():
+        seen.append(_turn(name).locked())
+        with transaction.atomic():  # a hook that writes takes a turn of its own
+            Tenant.objects.create(slug="hooked", name="Hooked")
+
+    with transaction.atomic():
+        assert _turn(name).locked()
+        Tenant.objects.create(slug="acme", name="Acme")
+        transaction.on_commit(hook)
+    assert seen == [False]
+    assert not _turn(name).locked()
+    assert sorted(Tenant.objects.values_list("slug", flat=True)) == ["acme", "hooked"]
+
+
+def test_the_begin_is_in_the_queries_django_captures_as_its_own_backends_is(database):
+    path, connect = database
+    db = connect()
+    with CaptureQueriesContext(db) as captured:
+        begin(db)
+        end(db)
+    assert [query["sql"] for query in captured.captured_queries] == ["BEGIN IMMEDIATE", "COMMIT"]
