@@ -1,14 +1,18 @@
-"""Benchmark: write transactions/s on one SQLite file, the site's backend (``ankusa_site.sqlite3``,
-waiting for the write lock in short steps) over Django's own (waiting in SQLite's busy handler).
+"""Benchmark: write transactions/s on one SQLite file, the site's backend (``ankusa_site.sqlite3``:
+a process's threads take turns, then wait for the write lock in short steps) over Django's own
+(waiting in SQLite's busy handler).
 
-    .venv/bin/python bench/sqlite_lock.py [--processes 2] [--threads 4] [--seconds 3] [--rounds 4]
+    .venv/bin/python bench/sqlite_lock.py [--processes 2] [--threads 4] [--work-us 500]
+        [--seconds 3] [--rounds 4]
 
 Both run the same work on the same kind of file (WAL, ``BEGIN IMMEDIATE``, the 20 s timeout: what
 ``DATABASE_URL=sqlite:///…`` gives): ``--processes`` processes of ``--threads`` threads, each
-committing, as fast as it can, a transaction shaped like the intake's on SQLite (a delivery, a
-command, a queue item: three inserts and the queue's tail read). Rounds of the two alternate, so
-both share the machine's moods; each kind's best round is kept. The last line is JSON:
-``sqlite_steps_vs_busy_handler`` (the site's commits/s ÷ Django's), and each one's figures.
+spending ``--work-us`` of CPU (a request's own work; 500 µs is about a webhook's) and then
+committing a transaction shaped like the intake's on SQLite (a delivery, a command, a queue item:
+three inserts and the queue's tail read), again and again. ``--work-us 0`` writes without pause.
+Rounds of the two alternate, so both share the machine's moods; each kind's best round is kept.
+A writer that fails fails the run. The last line is JSON: ``sqlite_steps_vs_busy_handler`` (the
+site's commits/s ÷ Django's), and each one's figures.
 """
 
 from __future__ import annotations
@@ -56,8 +60,15 @@ def child(engine: str, path: str, threads: int, start_at: float, seconds: float,
     from django.db import connection, transaction
 
     commits = [0] * threads
+    failures = []
 
     def write(slot: int) -> None:
+        try:
+            run(slot)
+        except Exception as exc:  # noqa: BLE001 - any failure fails the run, below
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    def run(slot: int) -> None:
         time.sleep(max(0.0, start_at - time.time()))
         end = start_at + seconds
         while time.time() < end:
@@ -84,11 +95,13 @@ def child(engine: str, path: str, threads: int, start_at: float, seconds: float,
         worker.start()
     for worker in workers:
         worker.join()
+    if failures:
+        raise SystemExit(f"{len(failures)} writer(s) failed: {failures[0]}")
     print(sum(commits))
 
 
 def one_round(kind: str, path: Path, args) -> float:
-    start_at = time.time() + 1.0  # every process connected and waiting when the clock starts
+    start_at = time.time() + 1.0  # every process started and waiting when the clock starts
     processes = [
         subprocess.Popen(
             [
