@@ -152,3 +152,17 @@ def test_a_tenant_limit_is_still_found_by_its_slug(world, call):
 def test_a_filter_holding_a_nul_is_a_400(world, call, path):
     status, data = call("admin", "GET", path)
     assert (status, data["error"]) == (400, "invalid")
+
+
+def test_a_body_is_parsed_by_the_intakes_rule_so_a_number_postgresql_cannot_keep_is_refused(world):
+    response = world.client("admin").patch(
+        "/api/v1/tenants/acme/", b'{"name": "Acme 2", "x": 1e-16384}', content_type="application/json"
+    )
+    assert (response.status_code, response.json()) == (
+        400,
+        {
+            "error": "parse_error",
+            "detail": "The JSON holds a number with more than 16383 digits after the decimal point.",
+        },
+    )
+    assert Tenant.objects.get(slug="acme").name == "Acme"
