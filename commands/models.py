@@ -30,7 +30,6 @@ a person just made should not wait out the 10-minute re-check period.
 from __future__ import annotations
 
 from datetime import datetime
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -40,7 +39,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from commands import adapters, event_keys, signatures
-from commands.adapters.http import HEADER_NAME, header_value_problem
+from commands.adapters.http import HEADER_NAME, header_value_problem, url_carries_credentials
 from commands.retry import Outlook, SkipReason
 from commands.states import State, next_state
 from limits.models import Tenant, slug_validator
@@ -84,15 +83,6 @@ def validate_headers(value) -> None:
             raise ValidationError(
                 f"{name} carries a credential: put it in the secret, which is never shown back."
             )
-
-
-def url_carries_credentials(url: str) -> bool:
-    """Whether ``url`` has a userinfo part (``user:password@host``); a URL that does not parse has
-    none of its own (the URL validator refuses it)."""
-    try:
-        return "@" in urlsplit(url or "").netloc
-    except ValueError:
-        return False
 
 
 def validate_status_map(value) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import urllib3
@@ -67,15 +68,22 @@ def header_value_problem(value: str) -> str | None:
     return "must not hold control characters"
 
 
-def _unsendable_header(headers: dict[str, str]) -> str | None:
-    """Which header of ``headers`` cannot be sent and why, as a fixed text naming only the header."""
+def header_problems(headers: dict) -> Iterator[str]:
+    """Why each header of ``headers`` that cannot be sent cannot, in words naming only the header."""
     for name, value in headers.items():
-        if not HEADER_NAME.match(name):
-            return BAD_HEADER_NAME
-        problem = header_value_problem(value)
-        if problem is not None:
-            return f"the value of the {name} header {problem}"
-    return None
+        if not HEADER_NAME.match(str(name)):
+            yield BAD_HEADER_NAME
+        elif problem := header_value_problem(str(value)):
+            yield f"the value of the {name} header {problem}"
+
+
+def url_carries_credentials(url: str) -> bool:
+    """Whether ``url`` has a userinfo part (``user:password@host``, or an empty one); a URL that
+    does not parse has none of its own (the URL validator refuses it)."""
+    try:
+        return "@" in urlsplit(url or "").netloc
+    except ValueError:
+        return False
 
 
 _pool: urllib3.PoolManager | None = None
@@ -163,17 +171,13 @@ class HttpAdapter:
             found.append("no URL")
         elif parts.scheme not in ("http", "https") or not parts.hostname:
             found.append("the URL must be an absolute http:// or https:// URL")
-        elif parts.username or parts.password:
+        elif url_carries_credentials(connector.url):
             found.append("the URL carries credentials; put them in the secret instead")
         if connector.secret_header and not connector.secret:
             found.append(f"missing credential for the {connector.secret_header} header")
         elif connector.secret_header and (problem := header_value_problem(connector.secret)):
             found.append(f"the secret for the {connector.secret_header} header {problem}")
-        for name, value in (connector.headers or {}).items():
-            if not HEADER_NAME.match(str(name)):
-                found.append(BAD_HEADER_NAME)
-            elif problem := header_value_problem(str(value)):
-                found.append(f"the value of the {name} header {problem}")
+        found += header_problems(connector.headers or {})
         return found
 
     def send(self, command) -> Outcome:
@@ -209,7 +213,7 @@ class HttpAdapter:
             # http.client refuses a header before a byte is sent ("Invalid header value b'…'", or a
             # UnicodeEncodeError quoting the character), and urllib3 drops that connection. Its
             # message quotes the value, so it is replaced; any other ValueError is a bug (unknown).
-            problem = _unsendable_header(headers)
+            problem = next(header_problems(headers), None)
             if problem is None:
                 raise
             return Outcome(ok=False, outlook=Outlook.AFTER_FIX, detail=problem, error_class="Configuration")
