@@ -32,6 +32,8 @@ from queues.fifo import NAME_PATTERN, ReliableFIFO, get_queue
 MAX_BODY_BYTES = 4096
 # A day in seconds times ten thousand: larger is a typo, and timedelta overflows past 1e9 days.
 MAX_SECONDS = 864_000_000
+# A fail count is a 32-bit integer column.
+MAX_FAIL_COUNT = 2**31 - 1
 
 
 class BackendUnavailable(exceptions.APIException):
@@ -79,7 +81,7 @@ def seconds(required: bool = False):
 
 class RequeueFailedInput(StrictSerializer):
     max_fail_count = serializers.IntegerField(
-        required=False, min_value=0, max_value=2**31 - 1, allow_null=True
+        required=False, min_value=0, max_value=MAX_FAIL_COUNT, allow_null=True
     )
     delay_s = seconds()
 

@@ -24,12 +24,10 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 
 from queues.actions import known_queues, overview
-from queues.api import MAX_SECONDS
+from queues.api import MAX_FAIL_COUNT, MAX_SECONDS
 from queues.fifo import ACTIONS, KINDS, NAME_PATTERN, ReliableFIFO, get_queue
 
 CHUNK = 1000
-# A fail count is a 32-bit integer column; the REST endpoint takes the same range.
-MAX_FAIL_COUNT = 2**31 - 1
 
 
 def seconds(text: str) -> float:
