@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -118,3 +119,27 @@ class Trickle:
                     sock.send(b" ")
                 except OSError:
                     pass
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    status_line: str
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+    @property
+    def status(self) -> int:
+        return int(self.status_line.split(" ", 2)[1])
+
+
+def read_to_close(sock) -> RawAnswer:
+    """The one answer on ``sock``, read until the server closes the connection."""
+    answer = b""
+    while data := sock.recv(65536):
+        answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)
+    }
+    return RawAnswer(status_line, headers, body)

@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from limits.models import Tenant
-from tests.servers import Trickle
+from tests.servers import Trickle, read_to_close
 from tests.staff import staff_user, token_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -28,19 +28,6 @@ def head(method: str, path: str, content_type: str, length: int, **headers: str)
     ).encode()
 
 
-def answer_of(sock) -> tuple[int, bytes]:
-    """The status and body of the answer on ``sock`` (the server closes the connection after it)."""
-    answer = b""
-    while data := sock.recv(65536):
-        answer += data
-    head, _, body = answer.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
-
-
-def status_of(sock) -> int:
-    return answer_of(sock)[0]
-
-
 @pytest.mark.parametrize("trickling", [False, True], ids=["stalled", "trickling"])
 def test_an_admin_form_whose_body_never_arrives_is_refused_and_frees_its_thread(start_node, trickling):
     node = start_node(workers=1, threads=2, ANKUSA_BODY_TIMEOUT_S="0.5")
@@ -54,7 +41,7 @@ def test_an_admin_form_whose_body_never_arrives_is_refused_and_frees_its_thread(
         slow.append(sock)
     # The form cut at its deadline holds no token: 403.
     with Trickle(slow if trickling else []):
-        assert [status_of(sock) for sock in slow] == [403] * 4
+        assert [read_to_close(sock).status for sock in slow] == [403] * 4
     for sock in slow:
         sock.close()
     assert node.request("GET", "/healthz", timeout=5)[0] == 200
@@ -74,9 +61,9 @@ def test_an_api_write_whose_body_never_arrives_is_a_408_json_and_frees_its_threa
         )
         slow.append(sock)
     with Trickle(slow if trickling else []):
-        answers = [answer_of(sock) for sock in slow]
-    for status, body in answers:
-        assert (status, json.loads(body)) == (
+        answers = [read_to_close(sock) for sock in slow]
+    for answer in answers:
+        assert (answer.status, json.loads(answer.body)) == (
             408,
             {"error": "request_timeout", "detail": "The body did not arrive within 0.5 s."},
         )

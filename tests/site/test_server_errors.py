@@ -11,6 +11,8 @@ from http import HTTPStatus
 
 import pytest
 
+from tests.servers import RawAnswer, read_to_close
+
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
@@ -32,27 +34,21 @@ HOSTILE = {
 }
 
 
-def exchange(port: int, request: bytes) -> tuple[str, dict, bytes]:
+def exchange(port: int, request: bytes) -> RawAnswer:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(request)
-        answer = b""
-        while data := sock.recv(65536):
-            answer += data
-    head, _, body = answer.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
-    return status_line, headers, body
+        return read_to_close(sock)
 
 
 @pytest.mark.parametrize("request_bytes,status,code", HOSTILE.values(), ids=HOSTILE.keys())
 def test_a_request_gunicorn_refuses_is_answered_with_a_json_error(start_node, request_bytes, status, code):
     node = start_node(workers=1, threads=2)
-    status_line, headers, body = exchange(node.port, request_bytes)
-    assert status_line == f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"
-    assert headers["content-type"] == "application/json"
-    assert int(headers["content-length"]) == len(body)
-    error = json.loads(body)
+    answer = exchange(node.port, request_bytes)
+    assert answer.status_line == f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"
+    assert answer.headers["content-type"] == "application/json"
+    assert int(answer.headers["content-length"]) == len(answer.body)
+    error = json.loads(answer.body)
     assert error["error"] == code
     assert error["detail"]
-    assert b"<html" not in body
+    assert b"<html" not in answer.body
     assert node.request("GET", "/healthz", timeout=5)[0] == 200  # and the node goes on serving
