@@ -22,7 +22,7 @@ from limits.models import Tenant
 from queues.models import QueueItem
 from tests.commands.conftest import github_headers
 from tests.limits.conftest import silent_socket, start_private_redis  # noqa: F401 - fixtures
-from tests.servers import Trickle
+from tests.servers import Trickle, read_to_close
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -289,23 +289,9 @@ def webhook_head(framing: str) -> bytes:
 
 
 def read_answer(sock) -> tuple[int, dict]:
-    """The status and JSON of the one answer that comes on ``sock``."""
-    answer = b""
-    while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < content_length(answer):
-        data = sock.recv(65536)
-        if not data:
-            break
-        answer += data
-    status_line, _, rest = answer.partition(b"\r\n")
-    return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
-
-
-def content_length(answer: bytes) -> int:
-    for line in answer.partition(b"\r\n\r\n")[0].split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return int(value)
-    return 0
+    """The status and JSON of the one answer on ``sock``, read until the server closes it."""
+    answer = read_to_close(sock)
+    return answer.status, json.loads(answer.body)
 
 
 def send_and_close(node, framing: str, body: bytes) -> tuple[int, dict]:
