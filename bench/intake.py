@@ -281,7 +281,7 @@ class Server:
         self.port = free_port()
         command = [sys.executable, "-m", "gunicorn", "bench.intake_server", "--bind", f"127.0.0.1:{self.port}",
                    "--config", f"python:{config}",
-                   "--workers", str(workers), "--threads", str(threads)]  # fmt: skip
+                   "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread"]  # fmt: skip
         self.process = subprocess.Popen(
             command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
