@@ -208,6 +208,7 @@ def drive(
     ``seconds`` allow (each connection stops after the answer that crosses the deadline); rate,
     statuses, latencies, CPU per answered request."""
     results: list[list[tuple[int, bytes, float]]] = [[] for _ in range(concurrency)]
+    failures: list[Exception] = []
     ready = threading.Barrier(concurrency + 1)
 
     def work(slot: int) -> None:
@@ -221,6 +222,8 @@ def drive(
                     break
                 status, body = conn.send(request)
                 results[slot].append((status, body, time.perf_counter() - started))
+        except Exception as exc:  # a rate over what the failed connections left would be a lie
+            failures.append(exc)
         finally:
             conn.close()
 
@@ -234,6 +237,8 @@ def drive(
         thread.join()
     elapsed = time.perf_counter() - started
     cpu_after = cpu_seconds(workers)
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {concurrency} connections failed: {failures[0]!r}")
     answers = [answer for slot in results for answer in slot]
     latencies = sorted(seconds for _, _, seconds in answers)
     return {
