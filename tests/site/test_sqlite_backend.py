@@ -48,6 +48,31 @@ def database(tmp_path, django_db_blocker):
             db.close()
 
 
+def test_a_kept_connection_shrinks_the_write_ahead_log_after_a_burst(
+    tmp_path, monkeypatch, django_db_blocker
+):
+    monkeypatch.setattr("ankusa_site.env.SQLITE_WAL_LIMIT_BYTES", 64 * 1024)
+    path = tmp_path / "db.sqlite3"
+    wal = tmp_path / "db.sqlite3-wal"
+    with django_db_blocker.unblock():
+        db = wrapper(path, 5.0)
+        try:
+            with db.cursor() as cursor:
+                cursor.execute("CREATE TABLE t (s TEXT)")
+                cursor.execute(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500)"
+                    " INSERT INTO t SELECT hex(randomblob(2000)) FROM n"
+                )
+                burst = wal.stat().st_size
+                cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                cursor.execute("INSERT INTO t VALUES ('after')")  # the log starts over, truncated
+                after = wal.stat().st_size  # measured while open: the last close deletes the file
+        finally:
+            db.close()
+    assert burst > 1024 * 1024
+    assert after <= 64 * 1024
+
+
 def hold_write_lock(path, seconds: float, ready) -> None:
     """In another process: take the write lock, tell ``ready``, keep it ``seconds``, commit."""
     holder = sqlite3.connect(path, isolation_level=None)
