@@ -280,10 +280,14 @@ def webhooks(port: int, tenant: str, n: int) -> list[bytes]:
 
 class Server:
     """gunicorn serving ``bench/intake_server.py`` with the deployed server's settings
-    (``ankusa_site.gunicorn_conf``, as deploy/Procfile), or the settings module ``config`` names."""
+    (``ankusa_site.gunicorn_conf``, as deploy/Procfile), or the settings module ``config`` names,
+    and, as ``manage.py serve`` and the deploy units, a ``PROMETHEUS_MULTIPROC_DIR`` of its own: the
+    workers then count into shared files, as they do when deployed."""
 
     def __init__(self, env: dict, workers: int, threads: int, config: str = "ankusa_site.gunicorn_conf"):
         self.port = free_port()
+        self.metrics_dir = tempfile.mkdtemp(prefix="ankusa-bench-metrics-")
+        env = {**env, "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir}
         command = [sys.executable, "-m", "gunicorn", "bench.intake_server", "--bind", f"127.0.0.1:{self.port}",
                    "--config", f"python:{config}",
                    "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread"]  # fmt: skip
@@ -293,6 +297,7 @@ class Server:
         deadline = time.monotonic() + 30
         while not self._ready():
             if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
                 raise RuntimeError("gunicorn did not start")
             time.sleep(0.1)
 
@@ -321,6 +326,7 @@ class Server:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
 
 def prepare(env: dict) -> str:
