@@ -234,6 +234,9 @@ ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S = env_int("ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S",
 
 # The loop's period equals the first backoff step (30 s), so a retry never waits a whole extra round.
 ANKUSA_DISPATCH_INTERVAL_S = env_float("ANKUSA_DISPATCH_INTERVAL_S", 30.0, minimum=0.1)
+# Between rounds, the loop (and Celery beat) looks this often for items waiting on the queue and
+# drains them: intake queues the commands it accepts itself, and they should not wait for a round.
+ANKUSA_DISPATCH_POLL_S = env_float("ANKUSA_DISPATCH_POLL_S", 1.0, minimum=0.05)
 ANKUSA_DISPATCH_BATCH = env_int("ANKUSA_DISPATCH_BATCH", 100, minimum=1, maximum=10_000)
 ANKUSA_DISPATCH_CONCURRENCY = env_int("ANKUSA_DISPATCH_CONCURRENCY", 16, minimum=1, maximum=512)
 ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 4, minimum=1, maximum=512)
@@ -262,10 +265,17 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery beat runs the dispatch loop's sweep and recovery at the loop's own period; each of them
-# asks for a consume when it queued something (commands/tasks.py).
+# asks for a consume when it queued something (commands/tasks.py). Beat also asks for a consume
+# every poll period, for what intake queued itself; one a worker has not started by the next is
+# dropped, not piled up.
 CELERY_BEAT_SCHEDULE = {
     "commands-sweep": {"task": "commands.sweep", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
     "commands-recover": {"task": "commands.recover", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
+    "commands-consume": {
+        "task": "commands.consume",
+        "schedule": ANKUSA_DISPATCH_POLL_S,
+        "options": {"expires": ANKUSA_DISPATCH_POLL_S},
+    },
     "commands-prune": {"task": "commands.prune", "schedule": 3600.0},
 }
 

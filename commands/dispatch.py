@@ -474,6 +474,10 @@ class DrainSummary:
     claimed: int = 0
     results: Counter = field(default_factory=Counter)
 
+    def line(self) -> str:
+        results = ", ".join(f"{n} {result}" for result, n in sorted(self.results.items())) or "none"
+        return f"claimed {self.claimed}: {results}"
+
 
 @dataclass(frozen=True)
 class _Entry:
@@ -860,6 +864,32 @@ class Dispatcher:
         return summary
 
 
+def items_waiting(queue: ReliableFIFO) -> bool:
+    """Whether an item waits on ``queue``: one read of its head. What lets the loop between rounds,
+    and Celery beat, look for the commands intake queued itself often without starting a drain."""
+    return bool(queue.peek("main", 1))
+
+
+@dataclass
+class PollSummary:
+    """A drain between rounds, of what was queued since the last one (by intake, mostly)."""
+
+    drained: DrainSummary
+    seconds: float
+
+    def line(self) -> str:
+        return f"dispatch drain: {self.drained.line()}; {self.seconds:.2f} s"
+
+
+def drain_waiting(dispatcher: Dispatcher, *, max_seconds: float | None = None) -> PollSummary | None:
+    """Drain the queue if an item waits on it; None (and no drain started) if none does."""
+    if not items_waiting(dispatcher.queue):
+        return None
+    started = time.monotonic()
+    drained = dispatcher.drain(max_seconds=max_seconds)
+    return PollSummary(drained, time.monotonic() - started)
+
+
 # --- recover -------------------------------------------------------------------------------------
 
 
@@ -937,11 +967,10 @@ class RoundSummary:
 
     def line(self) -> str:
         skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(self.swept.skipped.items())) or "none"
-        results = ", ".join(f"{n} {result}" for result, n in sorted(self.drained.results.items())) or "none"
         r = self.recovered
         return (
             f"dispatch round: took {self.swept.taken}, skipped {skipped}; "
-            f"claimed {self.drained.claimed}: {results}; "
+            f"{self.drained.line()}; "
             f"recovered {r.worker_lost} lost sends, {r.items_requeued} expired items, {r.lost_requeued} lost items; "
             f"{self.seconds:.2f} s"
         )

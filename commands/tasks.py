@@ -1,6 +1,7 @@
 """Celery tasks: the dispatch loop's three steps, for sites that run Celery instead of
 ``manage.py dispatch`` (beat schedules ``sweep`` and ``recover`` every
-``ANKUSA_DISPATCH_INTERVAL_S``; see ``CELERY_BEAT_SCHEDULE`` in the settings).
+``ANKUSA_DISPATCH_INTERVAL_S``, and ``consume`` every ``ANKUSA_DISPATCH_POLL_S`` for the commands
+intake queued itself; see ``CELERY_BEAT_SCHEDULE`` in the settings).
 
 Each task calls one function of ``commands.dispatch``. When a step puts items on the queue, it asks
 for a ``consume`` with ``transaction.on_commit``, so a worker is never told about an item whose
@@ -32,6 +33,9 @@ def sweep() -> dict:
 
 @shared_task(name="commands.consume")
 def consume() -> dict:
+    # Beat asks for one every poll period: an empty queue costs a read, not a dispatcher.
+    if not dispatch.items_waiting(dispatch.commands_queue()):
+        return {"claimed": 0, "results": {}}
     # One interval at most, so a long backlog is shared between workers and beat's next round.
     with dispatch.Dispatcher() as dispatcher:
         summary = dispatcher.drain(max_seconds=settings.ANKUSA_DISPATCH_INTERVAL_S)

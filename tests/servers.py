@@ -19,6 +19,16 @@ from django.conf import settings
 BODY = b'{"order": "A-1", "action": "ship"}'
 
 
+def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
+    """``condition()``'s first true value, looked for every 20 ms; fails after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

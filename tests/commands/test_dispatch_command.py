@@ -1,16 +1,23 @@
-"""``manage.py dispatch``: one round with --once, a bounded run with --max-seconds, a summary line."""
+"""``manage.py dispatch``: one round with --once, a bounded run with --max-seconds, a summary line;
+between rounds, drains of what intake queued (and Celery's consume of the same)."""
 
 from __future__ import annotations
 
 import io
+import os
+import signal
+import threading
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from commands import dispatch
-from commands.models import Command
+from commands.models import Command, Source
 from commands.states import State
 from queues.fifo import get_queue
+from tests.commands.conftest import HOOK_SECRET
+from tests.servers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,3 +68,93 @@ def test_a_failed_round_is_logged_and_the_loop_carries_on(monkeypatch, caplog):
     with pytest.raises(ConnectionError):
         calls.clear()
         call_command("dispatch", "--once", stdout=io.StringIO())
+
+
+class Lines(io.StringIO):
+    """The command's output, telling ``first_round`` once the first round's line is written."""
+
+    def __init__(self):
+        super().__init__()
+        self.first_round = threading.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if text.startswith("dispatch round"):
+            self.first_round.set()
+        return written
+
+
+def test_between_rounds_the_loop_sends_what_intake_queued_without_waiting_for_a_round(
+    settings, tenant, make_connector, post_hook
+):
+    settings.ANKUSA_DISPATCH_POLL_S = 0.05
+    source = Source.objects.create(
+        tenant=tenant, slug="orders", verifier="github", verifier_secrets=[HOOK_SECRET], dedupe_key="github"
+    )
+    source.connectors.set([make_connector("log", kind="log")])
+    out, answers = Lines(), []
+
+    def webhook_after_the_first_round() -> None:
+        try:
+            assert out.first_round.wait(10)
+            answers.append(post_hook())
+            wait_for(lambda: Command.objects.filter(state=State.SUCCEEDED).exists(), 10, "the send")
+        finally:
+            connection.close()
+            os.kill(os.getpid(), signal.SIGTERM)  # the loop's own stop: ends the run at once
+
+    thread = threading.Thread(target=webhook_after_the_first_round)
+    thread.start()
+    call_command("dispatch", "--interval", "60", "--max-seconds", "20", stdout=out)
+    thread.join()
+    assert answers[0].status_code == 202
+    lines = out.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["dispatch round", "dispatch drain", "dispatch stopped"]
+    assert lines[1].startswith("dispatch drain: claimed 1: 1 succeeded; ")
+
+
+def test_an_empty_queue_between_rounds_starts_no_drain_and_prints_nothing(settings, monkeypatch):
+    settings.ANKUSA_DISPATCH_POLL_S = 0.05
+    drains = []
+    real = dispatch.Dispatcher.drain
+    monkeypatch.setattr(
+        dispatch.Dispatcher, "drain", lambda self, **kw: drains.append(kw) or real(self, **kw)
+    )
+    out = io.StringIO()
+    call_command("dispatch", "--interval", "60", "--max-seconds", "0.5", stdout=out)
+    lines = out.getvalue().splitlines()
+    rounds = [line for line in lines if line.startswith("dispatch round")]
+    assert len(rounds) + 1 == len(lines)  # and "dispatch stopped": nothing printed between rounds
+    assert len(drains) == len(rounds)  # each round's own
+
+
+def test_celerys_consume_of_an_empty_queue_starts_no_dispatcher(monkeypatch):
+    from commands import tasks
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dispatcher was started for an empty queue")
+
+    monkeypatch.setattr(dispatch, "Dispatcher", refuse)
+    assert tasks.consume() == {"claimed": 0, "results": {}}
+
+
+def test_celery_beat_asks_for_a_consume_every_poll_period_and_drops_one_left_unstarted(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["commands-consume"]
+    assert entry["task"] == "commands.consume"
+    assert entry["schedule"] == entry["options"]["expires"] == settings.ANKUSA_DISPATCH_POLL_S
+
+
+def test_a_failed_drain_between_rounds_is_logged_and_the_loop_looks_again(settings, monkeypatch, caplog):
+    from commands.management.commands import dispatch as command_module
+
+    settings.ANKUSA_DISPATCH_POLL_S = 0.05
+    calls = []
+
+    def failing(dispatcher, **options):
+        calls.append(1)
+        raise ConnectionError("database went away")
+
+    monkeypatch.setattr(command_module, "drain_waiting", failing)
+    call_command("dispatch", "--interval", "60", "--max-seconds", "0.3", stdout=io.StringIO())
+    assert len(calls) >= 2
+    assert "dispatch drain failed" in caplog.text

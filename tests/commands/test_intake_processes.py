@@ -22,7 +22,7 @@ from limits.models import Tenant
 from queues.models import QueueItem
 from tests.commands.conftest import github_headers
 from tests.limits.conftest import silent_socket, start_private_redis  # noqa: F401 - fixtures
-from tests.servers import Trickle, read_to_close
+from tests.servers import Trickle, read_to_close, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -109,15 +109,6 @@ class HeldWriteLock:
     def __exit__(self, *exc):
         self.conn.rollback()
         self.conn.close()
-
-
-def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def test_a_holder_killed_between_claim_and_commit_leaves_the_retry_to_be_accepted_once(

@@ -1,5 +1,5 @@
 """Faults with real processes: ``manage.py dispatch`` killed with -9, stopped with SIGTERM, run twice
-at once, and a real Celery worker — all against a local HTTP sink that counts what it receives."""
+at once, a real Celery worker and beat — all against a local HTTP sink that counts what it receives."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ import pytest
 from django.conf import settings
 
 from commands import dispatch
-from commands.models import Command
+from commands.models import Command, Source
 from commands.states import State
 from queues.fifo import get_queue
+from tests.commands.conftest import HOOK_SECRET
+from tests.servers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -28,14 +30,6 @@ FAST_RECOVERY = {
     "ANKUSA_DISPATCH_CONCURRENCY": "4",
     "ANKUSA_DISPATCH_PER_CONNECTOR": "4",
 }
-
-
-def wait_for(condition, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def start_dispatch(service_env, *args: str, **env: str) -> subprocess.Popen:
@@ -165,6 +159,38 @@ def test_two_dispatch_processes_at_once_send_every_command_exactly_once(
     assert sum(taken) == 120
 
 
+def celery(env: dict, *args: str) -> subprocess.Popen:
+    """``celery -A ankusa_site <args>`` with this test's database and Redis (broker included)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "ankusa_site", *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def celery_worker(env: dict) -> subprocess.Popen:
+    return celery(
+        env,
+        "worker",
+        "--pool",
+        "solo",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+        "-l",
+        "info",
+    )
+
+
+def stop(process: subprocess.Popen) -> str:
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=30)
+    return output
+
+
 def test_a_real_celery_worker_takes_a_command_to_succeeded(
     make_connector, make_command, redis_client, service_env
 ):
@@ -172,17 +198,7 @@ def test_a_real_celery_worker_takes_a_command_to_succeeded(
 
     get_queue(dispatch.QUEUE_NAME).flush()
     command = make_command(make_connector(kind="log"))
-    worker = subprocess.Popen(
-        [
-            sys.executable, "-m", "celery", "-A", "ankusa_site", "worker",
-            "--pool", "solo", "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "info",
-        ],
-        cwd=settings.BASE_DIR,
-        env=service_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
+    worker = celery_worker(service_env)
     try:
         tasks.sweep.delay()
         wait_for(
@@ -191,7 +207,33 @@ def test_a_real_celery_worker_takes_a_command_to_succeeded(
             what="celery to send it",
         )
     finally:
-        worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=30)
-    assert "commands.sweep" in output and "commands.consume" in output
+        output = stop(worker)
+    assert "Task commands.sweep[" in output and "Task commands.consume[" in output
     assert worker.returncode == 0, output
+
+
+def test_under_celery_beat_a_command_intake_queued_is_sent_without_waiting_for_a_sweep(
+    tenant, make_connector, post_hook, redis_client, service_env, tmp_path
+):
+    get_queue(dispatch.QUEUE_NAME).flush()
+    source = Source.objects.create(
+        tenant=tenant, slug="orders", verifier="github", verifier_secrets=[HOOK_SECRET], dedupe_key="github"
+    )
+    source.connectors.set([make_connector("log", kind="log")])
+    # Sweeps an hour apart: only beat's consume, every 0.2 s, can send what intake queued.
+    env = {**service_env, "ANKUSA_DISPATCH_POLL_S": "0.2", "ANKUSA_DISPATCH_INTERVAL_S": "3600"}
+    worker = celery_worker(env)
+    beat = celery(env, "beat", "--schedule", str(tmp_path / "beat-schedule"), "--pidfile", "", "-l", "info")
+    try:
+        assert post_hook().status_code == 202
+        wait_for(
+            lambda: Command.objects.filter(state=State.SUCCEEDED).exists(),
+            timeout=60,
+            what="beat's consume to send it",
+        )
+    finally:
+        beat_output, worker_output = stop(beat), stop(worker)
+    assert "Sending due task commands-consume" in beat_output
+    assert "Task commands.consume[" in worker_output
+    assert "Task commands.sweep[" not in worker_output
+    assert worker.returncode == 0, worker_output

@@ -1,8 +1,10 @@
 """``manage.py dispatch``: the dispatch loop (recover, sweep, drain) every interval, or once.
 
 Every ``ANKUSA_DISPATCH_INTERVAL_S`` (30 s — the first retry backoff, so a retry never waits an
-extra round) it runs one round and prints a one-line summary. ``--once`` runs one round and exits
-(for cron); ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no new item is
+extra round) it runs one round and prints a one-line summary. Between rounds it looks at the queue
+every ``ANKUSA_DISPATCH_POLL_S`` (1 s) and drains what waits there — the commands intake accepted
+and queued itself — printing a line for each drain that claimed something. ``--once`` runs one
+round and exits (for cron); ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no new item is
 claimed, the sends in flight finish and are recorded, the items held but not started go back to
 the head of the queue, and it exits 0. A second identical signal kills it at once. A round that
 fails (the database is down) is logged and the loop carries on; with ``--once`` it exits non-zero.
@@ -21,7 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from commands.dispatch import Dispatcher, run_round
+from commands.dispatch import Dispatcher, drain_waiting, run_round
 
 logger = logging.getLogger("ankusa.commands.dispatch")
 
@@ -59,8 +61,27 @@ class Command(BaseCommand):
                     logger.exception("dispatch round failed; retrying in %g s", interval)
                 if once or (deadline is not None and time.monotonic() >= deadline):
                     break
-                stop.wait(interval if deadline is None else min(interval, deadline - time.monotonic()))
+                next_round = time.monotonic() + interval
+                if deadline is not None:
+                    next_round = min(next_round, deadline)
+                self.poll_until(dispatcher, next_round, stop)
         self.stdout.write("dispatch stopped")
+
+    def poll_until(self, dispatcher: Dispatcher, next_round: float, stop: threading.Event) -> None:
+        """Until ``next_round`` (or a stop): every poll period, drain what waits on the queue."""
+        poll = settings.ANKUSA_DISPATCH_POLL_S
+        while not stop.wait(max(0.0, min(poll, next_round - time.monotonic()))):
+            left = next_round - time.monotonic()
+            if left <= 0:
+                return
+            close_old_connections()
+            try:
+                drained = drain_waiting(dispatcher, max_seconds=left)
+            except Exception:  # as a round's: logged, and the next look or round tries again
+                logger.exception("dispatch drain failed")
+                continue
+            if drained is not None and drained.drained.claimed:
+                self.stdout.write(drained.line())
 
     def install_stop_handlers(self, stop: threading.Event) -> None:
         def handler(signum, frame):
