@@ -21,14 +21,17 @@ $(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(VENV)/bin/pyth
 	@touch $@ $(VENV)/.installed
 
 # The whole system on the embedded default: SQLite + the node-local store, admin and API on
-# http://127.0.0.1:8000, the dispatch loop beside it. DEBUG=1 unless you say otherwise, so a
-# local secret key is generated into var/.
+# http://127.0.0.1:$(PORT) (8000; another: make run PORT=8001), the dispatch loop beside it. The
+# demo's http connector posts to the demo receiver on that port. DEBUG=1 unless you say otherwise,
+# so a local secret key is generated into var/.
+PORT ?= 8000
 run: $(VENV)/.installed
 	export DEBUG=$${DEBUG:-1}; \
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py collectstatic --noinput --verbosity 0 && \
-	$(PY) manage.py demo && \
-	exec $(PY) manage.py serve
+	$(PY) manage.py demo --site-url http://127.0.0.1:$(PORT) \
+	  --receiver-url http://127.0.0.1:$(PORT)/demo/receiver/ && \
+	exec $(PY) manage.py serve --bind 127.0.0.1:$(PORT)
 
 # The whole suite plus the linter. Uses DATABASE_URL / REDIS_URL when set.
 test: $(VENV)/.installed-dev

@@ -1,9 +1,11 @@
-"""``manage.py demo`` gives the dispatch loop something to do, once, however often it runs, and prints\ncurl lines for the intake that work as pasted."""
+"""``manage.py demo`` gives the dispatch loop something to do, once, however often it runs, and prints
+curl lines for the intake that work as pasted."""
 
 from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from urllib.parse import urlsplit
 
 from django.core.management import call_command
@@ -96,3 +98,23 @@ def test_the_demo_token_and_webhook_secret_are_made_once_and_kept_private(db, se
     ApiToken.objects.update(revoked_at=timezone.now())
     run_demo(tmp_path)
     assert ApiToken.objects.usable().filter(tenant__slug="demo").count() == 1
+
+
+def test_run_again_on_another_port_the_demo_connector_follows_its_receiver(db, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    out = open(tmp_path / "out", "w")
+    call_command("demo", stdout=out)
+    call_command("demo", "--receiver-url", "http://127.0.0.1:8001/demo/receiver/", stdout=out)
+    assert Connector.objects.get(name="http").url == "http://127.0.0.1:8001/demo/receiver/"
+    Connector.objects.filter(name="http").update(url="https://orders.example/hook")  # a person's choice
+    call_command("demo", "--receiver-url", "http://127.0.0.1:8002/demo/receiver/", stdout=out)
+    assert Connector.objects.get(name="http").url == "https://orders.example/hook"
+
+
+def test_make_run_serves_and_points_the_demo_at_the_port_it_is_given(settings):
+    printed = subprocess.run(
+        ["make", "-n", "run", "PORT=8123"], cwd=settings.BASE_DIR, capture_output=True, text=True, check=True
+    ).stdout
+    plan = " ".join(printed.replace("\\\n", " ").split())  # one line per command, as the shell reads it
+    assert "demo --site-url http://127.0.0.1:8123 --receiver-url http://127.0.0.1:8123/demo/receiver/" in plan
+    assert "serve --bind 127.0.0.1:8123" in plan

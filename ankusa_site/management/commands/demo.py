@@ -22,6 +22,7 @@ import secrets
 import shlex
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -34,7 +35,8 @@ from limits import tokens
 from limits.models import ApiToken, Tenant
 
 ADMIN_USERNAME = "admin"
-RECEIVER_URL = "http://127.0.0.1:8000/demo/receiver/"
+DEMO_RECEIVER_PATH = "/demo/receiver/"
+RECEIVER_URL = f"http://127.0.0.1:8000{DEMO_RECEIVER_PATH}"
 SITE_URL = "http://127.0.0.1:8000"
 SAMPLE_EVENT = b'{"order": "A-3", "action": "ship"}'
 
@@ -94,6 +96,10 @@ class Command(BaseCommand):
             # The demo receiver stores nothing, so two sends of one command are one instruction.
             defaults={"kind": "http", "url": receiver_url, "idempotent": True},
         )
+        if http.url != receiver_url and urlsplit(http.url).path == DEMO_RECEIVER_PATH:
+            # Run again on another port (make run PORT=...): follow the receiver there, unless a
+            # person pointed the connector somewhere else than a demo receiver.
+            Connector.objects.filter(pk=http.pk).update(url=receiver_url)
         return [log, http]
 
     def demo_source(self, tenant: Tenant, connectors: list[Connector]) -> Source:

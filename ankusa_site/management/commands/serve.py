@@ -19,8 +19,16 @@ from django.conf import settings
 from django.core.management import get_commands
 from django.core.management.base import BaseCommand
 
-# How long a child gets to finish what it holds after SIGTERM before it is killed.
-STOP_GRACE_S = 15
+# After SIGTERM, a child gets as long as a send may take by the site's timeouts, and this margin to
+# record it, before it is killed. Killed mid-send, the loop leaves the command ``dispatching``: safe
+# (the recovery makes it ``outlook-unknown``, never a second send) but a person must look at it.
+STOP_MARGIN_S = 10
+
+
+def stop_grace_s() -> float:
+    """How long ``serve`` waits for its children after SIGTERM: the longest send by the site's
+    timeouts (a connector may set longer ones), plus the margin."""
+    return settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S + settings.ANKUSA_HTTP_READ_TIMEOUT_S + STOP_MARGIN_S
 
 
 class Command(BaseCommand):
@@ -81,7 +89,7 @@ class Command(BaseCommand):
         for child in children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
+        deadline = time.monotonic() + stop_grace_s()
         for child in children.values():
             try:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
