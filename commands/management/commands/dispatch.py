@@ -4,9 +4,9 @@ Every ``ANKUSA_DISPATCH_INTERVAL_S`` (30 s — the first retry backoff, so a ret
 extra round) it runs one round and prints a one-line summary. Between rounds it looks at the queue
 every ``ANKUSA_DISPATCH_POLL_S`` (1 s) and drains what waits there — the commands intake accepted
 and queued itself — printing a line for each drain that claimed something. ``--once`` runs one
-round and exits (for cron); ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no new item is
-claimed, the sends in flight finish and are recorded, the items held but not started go back to
-the head of the queue, and it exits 0. A second identical signal kills it at once. A round that
+round and exits (for cron); ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no
+new item is claimed, the sends in flight finish and are recorded, the items held but not started go
+back to the head of the queue, and it exits 0. A second identical signal kills it at once. A round that
 fails (the database is down) is logged and the loop carries on; with ``--once`` it exits non-zero.
 
 Any number of these may run at once (see ``commands.dispatch`` for why nothing is sent twice).
@@ -77,9 +77,10 @@ class Command(BaseCommand):
             close_old_connections()
             try:
                 drained = drain_waiting(dispatcher, max_seconds=left)
-            except Exception:  # as a round's: logged, and the next look or round tries again
-                logger.exception("dispatch drain failed")
-                continue
+            except Exception:  # an outage: logged once, and the next round tries again
+                logger.exception("dispatch drain failed; looking again at the next round")
+                stop.wait(max(0.0, next_round - time.monotonic()))
+                return
             if drained is not None and drained.drained.claimed:
                 self.stdout.write(drained.line())
 
