@@ -7,6 +7,12 @@ PostgreSQL text holds one), JSON that one database refuses and the other stores 
 back. Fuzzing turned each into a 500. ``AdminGuards``, mixed into every admin of the site (ours
 through ``ModelAdmin``; Django's users and groups are registered again below with it), answers:
 
+* **Which filters a URL may ask for** (``url_lookup_allowed``): a path of fields, none of them
+  secret, then a comparison the admin's own filters, date hierarchy and links use (``exact``,
+  ``in``, ``isnull``, ``gt``/``gte``/``lt``/``lte``, a date part). Anything else is Django's answer
+  to a disallowed lookup, a 400: ``?secret__startswith=a`` would tell a secret one character at a
+  time from the count of rows, and ``__range``, ``__regex`` or a JSON ``__contains`` fail in the
+  database (SQLite has no JSON containment, and raises for a bad regex) rather than as a filter.
 * **Changelist filters** (``GuardedChangeList``): a lookup whose value fails while the list is
   built or counted (``ValueError``, ``OverflowError``, ``DataError``), or any query-string value
   holding a NUL (the search included), is an invalid filter — the redirect to ``?e=1`` Django
@@ -41,10 +47,12 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth.models import Group, User
-from django.core.exceptions import ValidationError
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import DataError, models
+from django.db.models.constants import LOOKUP_SEP
 from django.forms.fields import InvalidJSONInput, JSONString
 
+from ankusa_site.logs import is_sensitive
 from commands import intake
 from commands.intake_api import MAX_ID  # ids are 64-bit: SQLite's driver cannot bind a larger int
 
@@ -53,6 +61,37 @@ from commands.intake_api import MAX_ID  # ids are 64-bit: SQLite's driver cannot
 # (OverflowError), a NUL PostgreSQL refuses (DataError, raised by psycopg before sending).
 UNUSABLE_LOOKUP = (ValueError, OverflowError, DataError)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# What a changelist's URL may compare a field with: what the admin's own filters and links use.
+URL_COMPARISONS = frozenset({"exact", "iexact", "in", "isnull", "gt", "gte", "lt", "lte"})
+# The parts of a date a URL may compare instead (the date hierarchy's, and a day's).
+URL_DATE_PARTS = frozenset({"year", "iso_year", "month", "day", "date"})
+
+
+def url_lookup_allowed(model, lookup: str) -> bool:
+    """Whether a changelist of ``model`` may filter by ``lookup`` from its URL (see the module's
+    docstring). A name that is no field is left to Django, which answers it as an invalid filter."""
+    parts = lookup.split(LOOKUP_SEP)
+    opts, field = model._meta, None
+    while parts:
+        try:
+            field = opts.pk if parts[0] == "pk" else opts.get_field(parts[0])
+        except FieldDoesNotExist:
+            break
+        if is_sensitive(field.name):
+            return False
+        parts.pop(0)
+        if not (field.is_relation and field.related_model is not None):
+            break
+        opts = field.related_model._meta
+    if field is None:
+        return True
+    if isinstance(field, models.JSONField):
+        return parts in ([], ["isnull"])
+    if parts and parts[0] in URL_DATE_PARTS and isinstance(field, (models.DateField, models.DateTimeField)):
+        parts.pop(0)
+    return len(parts) <= 1 and all(part in URL_COMPARISONS for part in parts)
 
 
 def selected_across(request) -> bool:
@@ -222,6 +261,9 @@ class AdminGuards:
 
     def get_changelist(self, request, **kwargs):
         return GuardedChangeList
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return url_lookup_allowed(self.model, lookup) and super().lookup_allowed(lookup, value, request)
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         if isinstance(db_field, models.JSONField) and not db_field.choices:
