@@ -242,6 +242,8 @@ def _clean_reason(reason: str, *, required: bool) -> str:
         raise Refused("reason_required", "An override needs a reason: say why sending again is safe.")
     if len(reason) > MAX_REASON:
         raise Refused("reason_too_long", f"Keep the reason under {MAX_REASON} characters.")
+    if "\x00" in reason:  # PostgreSQL's text holds none; the admin's form passes it through
+        raise Refused("reason_invalid", "The reason holds a NUL character; type it again without one.")
     return reason
 
 

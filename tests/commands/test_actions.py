@@ -337,3 +337,20 @@ def test_a_bulk_resend_of_forty_thousand_commands_is_done_and_audited_whole(make
     done = actions.perform("resend", Command.objects.all(), user=staff("operator"), via="api", now=T0)
     assert done.done == 40_000
     assert AuditEntry.objects.get().commands.count() == 40_000
+
+
+@pytest.mark.parametrize("action", ["resend", "cancel"])
+def test_a_reason_holding_a_nul_is_refused_before_anything_changes(failed, staff, action):
+    command = failed["again"]
+    with pytest.raises(actions.Refused) as refused:
+        actions.perform(
+            action,
+            Command.objects.filter(pk=command.pk),
+            user=staff("admin"),
+            via="admin",
+            reason="fixed\x00",
+        )
+    assert refused.value.code == "reason_invalid"
+    assert not AuditEntry.objects.exists()
+    command.refresh_from_db()
+    assert command.state == State.FAILED

@@ -310,3 +310,15 @@ def test_a_forged_action_post_never_gives_a_500_and_changes_nothing(client, mixe
     before = states(everything(mixed))
     assert client.post(FAILED_LIST, data).status_code in (200, 302)
     assert states(everything(mixed)) == before
+
+
+def test_a_confirmed_action_whose_reason_holds_a_nul_changes_nothing_and_says_why(client, mixed):
+    login_as(client, "operator")
+    before = states(everything(mixed))
+    response = choose(
+        client, FAILED_LIST, "cancel_selected", everything(mixed), confirmed=True, reason="fixed\x00"
+    )
+    assert response.status_code == 200  # the confirmation page again, with the refusal on it
+    assert "The reason holds a NUL character" in response.content.decode()
+    assert states(everything(mixed)) == before
+    assert not AuditEntry.objects.exists()
