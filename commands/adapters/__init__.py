@@ -15,7 +15,11 @@ Every dispatch goes through :func:`send`, which adds what no adapter should have
   header value that cannot be sent, in any of the forms Python prints a string or its bytes, and
   whenever it is a ``UnicodeError`` (whose message quotes the character it could not encode).
   Withholding is a second line: the adapters name a bad header without quoting it themselves. It
-  cannot see a secret quoted in part, or in a form other than those.
+  cannot see a secret quoted in part, or in a form other than those;
+* the receiver's answer (the outcome's excerpt and detail, shown to staff and the tenant on the
+  attempt) has the connector's secret masked: a receiver that echoes the request's headers would
+  otherwise show it back. Masked are the secret and its credential alone (``Bearer <this>``), as
+  is, JSON-escaped or as Python prints it, and the start of one where the excerpt is cut.
 
 What this does not guarantee: an ``ok`` outcome means the receiver answered success, not that it
 acted; a failure may still have been acted on (a read timeout after the receiver took it) — that
@@ -24,8 +28,10 @@ is why only connectors that declared idempotency are ever retried.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
+import json
 import logging
 import pkgutil
 from dataclasses import dataclass
@@ -100,7 +106,7 @@ def send(command: Command) -> Outcome:
             ok=False, outlook=Outlook.AFTER_FIX, detail="; ".join(found), error_class="Configuration"
         )
     try:
-        return registry()[connector.kind].send(command)
+        outcome = registry()[connector.kind].send(command)
     except Exception as exc:  # an adapter bug: whether it went out is unknown
         name = type(exc).__name__
         if _may_quote_a_credential(exc, connector):
@@ -111,6 +117,40 @@ def send(command: Command) -> Outcome:
             detail, exc_info = str(exc), (type(exc), exc, exc.__traceback__)
         logger.error("adapter %s raised for command %s", connector.kind, command.pk, exc_info=exc_info)
         return Outcome(ok=False, outlook=None, detail=detail[:EXCERPT_CHARS], error_class=name)
+    if not connector.secret:
+        return outcome
+    forms = _secret_forms(connector.secret)
+    return dataclasses.replace(
+        outcome, excerpt=masked(outcome.excerpt, forms), detail=masked(outcome.detail, forms)
+    )
+
+
+MASK = "[redacted]"
+# A shorter secret, or part of one, is not looked for: three characters would mask common words.
+MIN_MASKED_CHARS = 4
+
+
+def _secret_forms(secret: str) -> list[str]:
+    """The texts that show ``secret`` in a receiver's answer, longest first: the secret and the
+    credential after its scheme (``Bearer``, ``Basic``, ...), each as :func:`_quoted_forms` gives
+    it and JSON-escaped."""
+    values = {secret, secret.split()[-1] if secret.split() else secret}
+    forms = set()
+    for value in values:
+        forms |= _quoted_forms(value) | {json.dumps(value)[1:-1]}
+    return sorted((form for form in forms if len(form) >= MIN_MASKED_CHARS), key=len, reverse=True)
+
+
+def masked(text: str, forms: list[str]) -> str:
+    """``text`` with each of ``forms`` replaced by ``[redacted]``, and a tail that begins one (an
+    excerpt cut inside a secret) as well."""
+    for form in forms:
+        text = text.replace(form, MASK)
+    for form in forms:
+        for size in range(len(form) - 1, MIN_MASKED_CHARS - 1, -1):
+            if text.endswith(form[:size]):
+                return text[:-size] + MASK
+    return text
 
 
 class MessageWithheld(Exception):  # noqa: N818 - it names what the log line shows, not an error of its own

@@ -368,3 +368,33 @@ def test_dispatch_records_an_unsendable_secret_as_after_fix_without_quoting_it(
     assert command.skip_reason != "outlook-unknown"
     assert [a.error_message for a in Attempt.objects.filter(command=command)] == [command.last_error]
     assert "topsecretvalue" not in caplog.text
+
+
+def echo_headers(status: int):
+    """A receiver that answers with the request's headers as JSON, as some debugging ones do."""
+    return lambda request, nth: (status, {}, json.dumps({"headers": request.headers}).encode())
+
+
+@pytest.mark.parametrize("status", [200, 401, 503])
+def test_a_receiver_echoing_the_credential_has_it_masked_in_the_excerpt(http_command, sink, status):
+    sink.respond = echo_headers(status)
+    outcome = adapters.send(http_command(secret_header="Authorization", secret="Bearer TOPSECRET-ECHO-42"))
+    assert outcome.status == status
+    assert "TOPSECRET" not in outcome.excerpt
+    assert '"Authorization": "[redacted]"' in outcome.excerpt
+    assert '"Idempotency-Key"' in outcome.excerpt  # the rest of the answer is kept
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        ("token was TOPSECRET-42, refused", "token was [redacted], refused"),  # without its scheme
+        ('{"got": "Bearer TOP\\"SECRET"}', '{"got": "[redacted]"}'),  # JSON-escaped
+        ("the header ended: Bearer TOPS", "the header ended: [redacted]"),  # cut inside the secret
+        ("nothing of it here", "nothing of it here"),
+    ],
+)
+def test_masking_finds_the_secret_as_a_receiver_may_quote_it(answer, shown):
+    secret = "Bearer TOPSECRET-42" if "TOP\\" not in answer else 'Bearer TOP"SECRET'
+    forms = adapters._secret_forms(secret)
+    assert adapters.masked(answer, forms) == shown

@@ -7,8 +7,9 @@ import base64
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
-from commands.models import Connector
+from commands.models import Attempt, Connector
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,12 +17,29 @@ BEFORE = ("commands", "0005_person_links_and_attempt_time")
 
 
 @pytest.fixture
-def connector_before():
+def rolled_back():
+    """``roll_back(migration)`` gives the models of ``commands`` at that migration (the database
+    migrated back to it) to make rows with; ``migrate()`` then migrates to the latest, as the end
+    of the test does in any case."""
+    latest = MigrationExecutor(connection).loader.graph.leaf_nodes("commands")
+
+    def roll_back(target):
+        executor = MigrationExecutor(connection)
+        executor.migrate([target])
+        return executor.loader.project_state([target]).apps
+
+    def migrate():
+        MigrationExecutor(connection).migrate(latest)
+
+    yield roll_back, migrate
+    migrate()
+
+
+@pytest.fixture
+def connector_before(rolled_back):
     """Make connectors with the models of ``BEFORE``; the test then migrates to the latest."""
-    executor = MigrationExecutor(connection)
-    latest = executor.loader.graph.leaf_nodes("commands")
-    executor.migrate([BEFORE])
-    apps = executor.loader.project_state([BEFORE]).apps
+    roll_back, migrate_latest = rolled_back
+    apps = roll_back(BEFORE)
     tenant = apps.get_model("limits", "Tenant").objects.create(slug="acme", name="Acme")
     made = []
 
@@ -37,11 +55,10 @@ def connector_before():
         return made[-1]
 
     def migrate():
-        MigrationExecutor(connection).migrate(latest)
+        migrate_latest()
         return [Connector.objects.get(pk=pk) for pk in made]
 
-    yield make, migrate
-    MigrationExecutor(connection).migrate(latest)
+    return make, migrate
 
 
 def basic(pair: str | bytes) -> str:
@@ -135,3 +152,35 @@ def test_a_connector_without_credentials_in_shown_fields_is_not_touched(connecto
     connectors = migrate()
     assert [c.updated_at for c in connectors] == before
     assert connectors[0].url == "https://example.com/hook" and connectors[0].headers == {"X-Team": "ops"}
+
+
+def test_a_secret_a_receiver_echoed_into_a_recorded_answer_is_masked(rolled_back):
+    roll_back, migrate = rolled_back
+    apps = roll_back(("commands", "0006_credentials_out_of_shown_fields"))
+    tenant = apps.get_model("limits", "Tenant").objects.create(slug="acme", name="Acme")
+    connector = apps.get_model("commands", "Connector").objects.create(
+        tenant=tenant, name="echo", kind="http", url="https://example.com/hook", headers={}, status_map={},
+        secret_header="Authorization", secret="Bearer TOPSECRET-42",
+    )  # fmt: skip
+    plain = apps.get_model("commands", "Connector").objects.create(
+        tenant=tenant, name="plain", kind="http", url="https://example.com/hook", headers={}, status_map={}
+    )
+    command = apps.get_model("commands", "Command").objects.create(
+        tenant=tenant, connector=connector, payload={}
+    )
+    other = apps.get_model("commands", "Command").objects.create(tenant=tenant, connector=plain, payload={})
+    attempt = apps.get_model("commands", "Attempt")
+    now = timezone.now()
+    echoed = attempt.objects.create(
+        command=command, number=1, started_at=now, response_excerpt='{"Authorization": "Bearer TOPSECRET-42"}'
+    )
+    cut = attempt.objects.create(
+        command=command, number=2, started_at=now, response_excerpt="x" * 989 + "Bearer TOPS"
+    )
+    unrelated = attempt.objects.create(
+        command=other, number=1, started_at=now, response_excerpt="Bearer TOPSECRET-42 is not its secret"
+    )
+    migrate()
+    assert Attempt.objects.get(pk=echoed.pk).response_excerpt == '{"Authorization": "[redacted]"}'
+    assert Attempt.objects.get(pk=cut.pk).response_excerpt == "x" * 989 + "[redacted]"
+    assert Attempt.objects.get(pk=unrelated.pk).response_excerpt == "Bearer TOPSECRET-42 is not its secret"
