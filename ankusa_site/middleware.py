@@ -1,4 +1,5 @@
-"""How long any request may take to send its body (``ANKUSA_BODY_TIMEOUT_S``), under gunicorn.
+"""How long any request may take to send its body (``ANKUSA_BODY_TIMEOUT_S``), under gunicorn; and
+a chunked body read for Django, which reads none.
 
 gunicorn's threaded worker reads a request's body with no time limit: a client that sends its
 headers and then trickles the body (a byte every few seconds) or never sends it holds one of the
@@ -12,12 +13,21 @@ is marked late (``late(request)``). The places that read bodies answer a late on
 ``request_timeout`` (``late_detail()``): the intake's ``read_body`` and the API's error handler;
 Django's CSRF check answers 403 for an admin form it could not read. A request whose body came in
 time and that runs past its deadline only loses its connection's keep-alive.
+
+``chunked_body`` — the second — reads a body sent with ``Transfer-Encoding: chunked`` (no
+``Content-Length``) before any view: Django's request reads ``Content-Length`` bytes, none without
+one, and the REST API then parsed an empty body (a cancel posted chunked with ``dry_run`` was done
+for real). It reads at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (more is a 413), within the body's
+deadline (a 408), and answers a malformed chunk with a 400, each as JSON; then the request goes on
+as if it had come with its ``Content-Length``. Webhooks (``/hooks/``) are left to their view, which
+reads a chunked body itself, only up to the tenant's own limit.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import itertools
 import os
 import socket
@@ -25,6 +35,7 @@ import threading
 import time
 
 from django.conf import settings
+from django.http import JsonResponse
 
 LATE = "ankusa.body_late"  # set in a request's META when its deadline passed
 # The watching thread wakes at most this often: deadlines are kept to within it.
@@ -110,3 +121,54 @@ def late(request) -> bool:
 
 def late_detail() -> str:
     return f"The body did not arrive within {settings.ANKUSA_BODY_TIMEOUT_S:g} s."
+
+
+# Paths whose views read a chunked body themselves (the webhook intake: up to the tenant's limit).
+READS_ITS_OWN_CHUNKS = "/hooks/"
+
+
+def is_chunked(meta: dict) -> bool:
+    return "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+
+def read_chunked(stream, limit: int) -> bytes:
+    """What the server decoded of a chunked body, at most ``limit`` + 1 bytes of it."""
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = stream.read(min(64 * 1024, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def chunked_body(get_response):
+    def middleware(request):
+        meta = request.META
+        if not is_chunked(meta) or request.path_info.startswith(READS_ITS_OWN_CHUNKS):
+            return get_response(request)
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        try:
+            body = read_chunked(meta["wsgi.input"], limit)
+        except Exception:  # each WSGI server has its own errors for a malformed or cut-off chunk
+            body = None
+        if late(request):
+            return _refused(408, "request_timeout", late_detail())
+        if body is None:
+            return _refused(400, "bad_request", "The chunked body is malformed or was cut off.")
+        if len(body) > limit:
+            return _refused(413, "too_large", f"The body is larger than {limit} bytes.")
+        del meta["HTTP_TRANSFER_ENCODING"]
+        meta["CONTENT_LENGTH"] = str(len(body))
+        request._stream = io.BytesIO(body)  # what Django's own request.body leaves to read from
+        return get_response(request)
+
+    return middleware
+
+
+def _refused(status: int, code: str, detail: str) -> JsonResponse:
+    response = JsonResponse({"error": code, "detail": detail}, status=status)
+    # Answered before CommonMiddleware, which would set it: gunicorn would chunk the answer instead.
+    response["Content-Length"] = str(len(response.content))
+    return response
