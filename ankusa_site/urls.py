@@ -26,7 +26,11 @@ class JsonErrors:
 
 
 class SchemaView(JsonErrors, SpectacularAPIView):
-    pass
+    def _get_version_parameter(self, request):
+        # The API has one version, in its paths (v1). drf-spectacular would copy ?version= into the
+        # Content-Disposition file name as it came: a control character in it was a 500 (gunicorn
+        # refuses the header), a quote started a parameter of its own.
+        return None
 
 
 class DocsPage(JsonErrors):

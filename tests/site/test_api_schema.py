@@ -98,3 +98,10 @@ def test_every_operation_declares_the_errors_any_request_may_get(client, db):
                 {"408", "413", "415"} if method in ("post", "put", "patch") else set()
             )
             assert wanted <= set(operation["responses"]), (method, path)
+
+
+@pytest.mark.parametrize("version", ["%00", "%01", "%7f", "%0a", "%22%3B%20x%3D1"])
+def test_a_version_asked_for_in_the_query_never_reaches_the_file_name(client, db, version):
+    response = client.get(f"/api/schema/?version={version}")
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'inline; filename="Ankusa API.yaml"'
