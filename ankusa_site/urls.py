@@ -1,7 +1,8 @@
 from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import Resolver404, include, path, re_path, resolve
 from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from ankusa_site import health, schema  # noqa: F401 - schema registers the token scheme
@@ -76,6 +77,27 @@ urlpatterns = [
 if settings.DEBUG:
     # The receiver of the demo's http connector (manage.py demo); never part of a production site.
     urlpatterns.append(path("demo/receiver/", demo_receiver, name="demo-receiver"))
+
+
+@csrf_exempt
+def no_endpoint(request, *args, **kwargs):
+    """Any other path under /api/ or /hooks/, whatever the method: a JSON 404, in debug mode too
+    (whose own 404 is an HTML page). Without it a path missing its trailing slash was redirected
+    with a 301, which clients follow with a GET: a command POSTed there was dropped while the client
+    saw 200 and a list (in debug mode, Django's refusal to redirect a POST was a 500)."""
+    detail = f"No endpoint at {request.path}."
+    if not request.path_info.endswith("/"):
+        try:
+            found = resolve(request.path_info + "/")
+        except Resolver404:
+            found = None
+        if found is not None and found.func is not no_endpoint:
+            detail += f" Its paths end with a slash: {request.path}/"
+    return error("not_found", detail, 404)
+
+
+# Last: only what no pattern above took.
+urlpatterns.append(re_path(r"^(?:api|hooks)/", no_endpoint))
 
 
 def handler400(request, exception=None):

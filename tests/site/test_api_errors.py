@@ -15,3 +15,27 @@ def test_an_unknown_admin_path_keeps_the_html_404(client, db):
     response = client.get("/no-such-page/")
     assert response.status_code == 404
     assert response["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("method", ["get", "post", "patch", "delete"])
+def test_an_api_path_without_its_trailing_slash_is_a_json_404_naming_the_right_one(client, db, method):
+    body = {} if method == "get" else {"data": '{"connector": "x"}', "content_type": "application/json"}
+    response = getattr(client, method)("/api/v1/commands", **body)
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": "not_found",
+        "detail": "No endpoint at /api/v1/commands. Its paths end with a slash: /api/v1/commands/",
+    }
+
+
+@pytest.mark.parametrize("debug", [False, True])
+@pytest.mark.parametrize("path", ["/api/v1/nothing/", "/api/nothing", "/hooks/"])
+def test_a_path_under_the_api_that_names_nothing_is_a_json_404_in_debug_mode_too(
+    client, db, settings, debug, path
+):
+    settings.DEBUG = debug
+    response = client.post(path, "{}", content_type="application/json")
+    assert (response.status_code, response.json()) == (
+        404,
+        {"error": "not_found", "detail": f"No endpoint at {path}."},
+    )
