@@ -187,7 +187,7 @@ def submit(request) -> Response:
         return _answer(
             intake.Refusal(410, "gone", "The command first stored with this key was deleted."), tenant
         )
-    if (original.connector_id, original.payload) != (connector[0], payload):
+    if original.connector_id != connector[0] or not same_document(original.payload, payload):
         return _answer(
             intake.Refusal(
                 422,
@@ -198,3 +198,15 @@ def submit(request) -> Response:
         )
     log_event(logger, "api_duplicate", tenant=tenant.slug, command=original.pk)
     return Response(summary(original, "duplicate"), status=200, headers=outcome.headers)
+
+
+def same_document(stored, sent) -> bool:
+    """Whether two JSON documents are the same, value for value and type for type: Python's ``==``
+    takes ``true``, ``1`` and ``1.0`` for one another, which made a changed payload a duplicate."""
+    if type(stored) is not type(sent):
+        return False
+    if isinstance(stored, dict):
+        return stored.keys() == sent.keys() and all(same_document(stored[k], sent[k]) for k in stored)
+    if isinstance(stored, list):
+        return len(stored) == len(sent) and all(map(same_document, stored, sent))
+    return stored == sent

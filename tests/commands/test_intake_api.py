@@ -108,6 +108,24 @@ def test_a_repeated_key_with_another_payload_is_422_and_stores_nothing(api, rece
     assert Command.objects.count() == 1
 
 
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [(1, True), (1, 1.0), (0, False), ([1], [True]), ({"a": {"b": 1}}, {"a": {"b": 1.0}}), ("1", 1)],
+)
+def test_a_repeated_key_with_a_payload_equal_only_to_python_is_422(api, receiver, first, then):
+    api({"connector": receiver.pk, "payload": {"amount": first}}, key="k-1")
+    status, data = answer(api({"connector": receiver.pk, "payload": {"amount": then}}, key="k-1"))
+    assert (status, data["error"]) == (422, "idempotency_key_reused")
+
+
+def test_a_repeated_key_with_the_same_payload_in_another_key_order_is_a_duplicate(api, receiver):
+    api({"connector": receiver.pk, "payload": {"a": 1, "b": [1.5, None, "x"]}}, key="k-1")
+    status, data = answer(
+        api({"connector": receiver.pk, "payload": {"b": [1.5, None, "x"], "a": 1}}, key="k-1")
+    )
+    assert (status, data["status"]) == (200, "duplicate")
+
+
 def test_without_a_key_every_submission_is_a_new_command(api, receiver):
     assert [api({"connector": receiver.pk, "payload": {}}).status_code for _ in range(2)] == [202, 202]
     assert list(Command.objects.values_list("idempotency_key", flat=True)) == ["", ""]
