@@ -25,8 +25,8 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.http import JsonResponse
-from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+
+from ankusa_site.probes import probe
 
 REDIS_PROBE_TIMEOUT_S = 0.5
 
@@ -65,8 +65,7 @@ def check_redis() -> dict:
     return _timed(lambda: _probe_client(settings.REDIS_URL).ping())
 
 
-@never_cache
-@require_GET
+@probe
 def healthz(request):
     checks = {"database": check_database()}
     if redis_in_use():
@@ -96,8 +95,7 @@ def check_migrations() -> dict:
     return {"ok": True}
 
 
-@never_cache
-@require_GET
+@probe
 def readyz(request):
     checks = {"database": check_database()}
     checks["migrations"] = (

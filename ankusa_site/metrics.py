@@ -32,8 +32,6 @@ import os
 from django.conf import settings
 from django.db.models import Count
 from django.http import HttpResponse
-from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -45,6 +43,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
+
+from ankusa_site.probes import probe
 
 logger = logging.getLogger("ankusa.metrics")
 
@@ -186,8 +186,7 @@ def _allowed(request) -> bool:
         return False
 
 
-@never_cache
-@require_GET
+@probe
 def metrics_view(request):
     if not _allowed(request):
         from ankusa_site.api import error  # DRF loads settings: not at import, the stores import this

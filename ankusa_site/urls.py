@@ -59,9 +59,10 @@ urlpatterns = [
     # its body, and providers are configured by people who may leave it out.
     path("hooks/<str:tenant>/<str:source>/", receive, name="hook"),
     path("hooks/<str:tenant>/<str:source>", receive),
-    path("healthz", health.healthz, name="healthz"),
-    path("readyz", health.readyz, name="readyz"),
-    path("metrics", metrics_view, name="metrics"),
+    # With or without a slash: a probe configured either way finds them.
+    re_path(r"^healthz/?$", health.healthz, name="healthz"),
+    re_path(r"^readyz/?$", health.readyz, name="readyz"),
+    re_path(r"^metrics/?$", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     # Each app owns its REST endpoints in <app>/api_urls.py.
     path("api/v1/", include("limits.api_urls")),

@@ -8,7 +8,7 @@ import pytest
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
-from django.test import override_settings
+from django.test import Client, override_settings
 
 
 def test_healthz_is_200_when_the_database_answers(client, db):
@@ -134,3 +134,17 @@ def test_a_node_keeps_its_database_connection_from_one_request_to_the_next(trans
     assert kept is not None
     assert readyz() == 200
     assert connection.connection is kept
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])
+@pytest.mark.parametrize("method", ["post", "put", "delete", "options"])
+def test_a_probe_endpoint_answers_another_method_with_a_json_405_even_with_csrf_checks(db, path, method):
+    response = getattr(Client(enforce_csrf_checks=True), method)(path)
+    assert (response.status_code, response["Allow"]) == (405, "GET, HEAD")
+    assert response.json()["error"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/healthz/", "/readyz/", "/metrics/"])
+def test_a_probe_endpoint_answers_head_and_a_trailing_slash(client, db, path):
+    assert client.head(path).status_code == 200
+    assert client.get(path).status_code == 200
