@@ -217,16 +217,24 @@ class StrictFilterBackend(DjangoFilterBackend):
         if getattr(view, "action", None) == "list":
             filterset = self.get_filterset_class(view, queryset)
             known = set(filterset.base_filters) if filterset is not None else set()
-            paginator = getattr(view, "paginator", None)
-            for name in ("cursor_query_param", "page_query_param", "page_size_query_param"):
-                if getattr(paginator, name, None):
-                    known.add(getattr(paginator, name))
-            known.add(api_settings.URL_FORMAT_OVERRIDE)
-            unknown = sorted(set(request.query_params) - known)
-            if unknown:
-                hint = f"Unknown query parameter; use {', '.join(sorted(known))}."
-                raise exceptions.ValidationError({name[:64]: [hint] for name in unknown[:20]})
+            refuse_unknown_query_params(request, known | paging_params(getattr(view, "paginator", None)))
         return super().filter_queryset(request, queryset, view)
+
+
+def paging_params(paginator) -> set[str]:
+    """The query parameters ``paginator`` reads."""
+    names = ("cursor_query_param", "page_query_param", "page_size_query_param")
+    return {getattr(paginator, name) for name in names if getattr(paginator, name, None)}
+
+
+def refuse_unknown_query_params(request, known: set[str]) -> None:
+    """A 400 naming each query parameter that is not in ``known`` (nor ``format``), listing those
+    that are: a misspelt one would otherwise be ignored, and answer as if it had done its part."""
+    known = known | {api_settings.URL_FORMAT_OVERRIDE}
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        hint = f"Unknown query parameter; use {', '.join(sorted(known))}."
+        raise exceptions.ValidationError({name[:64]: [hint] for name in unknown[:20]})
 
 
 class Cursor(CursorPagination):

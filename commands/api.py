@@ -47,6 +47,8 @@ from ankusa_site.api import (
     StrictSerializer,
     clean_model,
     errors,
+    paging_params,
+    refuse_unknown_query_params,
 )
 from commands import actions, intake_api
 from commands.explain import explain
@@ -668,6 +670,7 @@ class CommandViewSet(Scoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, v
     @action(detail=True, methods=["get"], filter_backends=[], pagination_class=AttemptCursor)
     def attempts(self, request, pk=None):
         """The command's whole attempt history, newest first, in cursor pages."""
+        refuse_unknown_query_params(request, paging_params(self.paginator))
         page = self.paginate_queryset(self.get_object().attempt_set.all())
         return self.get_paginated_response(AttemptSerializer(page, many=True).data)
 

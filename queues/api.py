@@ -24,7 +24,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ankusa_site.api import Access, StrictSerializer, errors
+from ankusa_site.api import Access, StrictSerializer, errors, refuse_unknown_query_params
 from queues.actions import overview
 from queues.fifo import NAME_PATTERN, ReliableFIFO, get_queue
 
@@ -132,6 +132,10 @@ BACKEND = OpenApiParameter("backend", enum=["database", "redis"], required=False
 
 
 class QueueList(QueueView):
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        refuse_unknown_query_params(request, set())  # a list, as every other: it takes none
+
     @extend_schema(operation_id="queues_list", responses={200: OVERVIEW, **errors(401, 403, 503)})
     def get(self, request):
         return Response(overview())

@@ -36,6 +36,14 @@ def test_every_list_refuses_a_parameter_it_does_not_know_and_takes_format(world,
     assert (status, "results" in data) == (200, True)
 
 
+@pytest.mark.parametrize("path", ["/api/v1/queues/", "/api/v1/commands/{pk}/attempts/"])
+def test_the_lists_outside_the_model_lists_refuse_an_unknown_parameter_too(world, call, path):
+    status, data = call("admin", "GET", path.format(pk=world.a.command.pk) + "?foo=1")
+    assert (status, list(data["fields"])) == (400, ["foo"])
+    status, data = call("admin", "GET", path.format(pk=world.a.command.pk) + "?format=json")
+    assert status == 200
+
+
 def test_a_tenant_token_gets_the_same_answer_for_an_unknown_parameter(world, call):
     status, data = call("tenant_a", "GET", "/api/v1/commands/?tenat=globex")
     assert (status, list(data["fields"])) == (400, ["tenat"])
