@@ -39,7 +39,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from commands import adapters, event_keys, signatures
-from commands.adapters.http import HEADER_NAME, header_value_problem, url_carries_credentials
+from commands.adapters.http import (
+    HEADER_NAME,
+    header_value_problem,
+    url_carries_credentials,
+    url_port_problem,
+)
 from commands.retry import Outlook, SkipReason
 from commands.states import State, next_state
 from limits.models import Tenant, slug_validator
@@ -153,6 +158,8 @@ class Connector(models.Model):
                 "The URL must not carry credentials (user:password@): put them in the secret header "
                 "and the secret instead, which are never shown back."
             )
+        elif problem := url_port_problem(self.url):
+            errors["url"] = f"{problem[0].upper()}{problem[1:]}."
         # Like system check E002 for the site defaults: a send must end before the recovery takes
         # it for abandoned, or its command is recorded as "unknown" while it is still going.
         connect = self.connect_timeout_s or settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S

@@ -86,6 +86,16 @@ def url_carries_credentials(url: str) -> bool:
         return False
 
 
+def url_port_problem(url: str) -> str | None:
+    """What is wrong with ``url``'s port, if it names one no connection can reach (the URL validator
+    takes any five digits: 99999 was saved, then failed every send as a parse error, retried)."""
+    try:
+        port = urlsplit(url or "").port
+    except ValueError:  # past 65535
+        port = 0
+    return "the URL's port is not a port (1 to 65535)" if port == 0 else None
+
+
 _pool: urllib3.PoolManager | None = None
 _pool_lock = threading.Lock()
 
@@ -173,6 +183,8 @@ class HttpAdapter:
             found.append("the URL must be an absolute http:// or https:// URL")
         elif url_carries_credentials(connector.url):
             found.append("the URL carries credentials; put them in the secret instead")
+        elif problem := url_port_problem(connector.url):
+            found.append(problem)
         if connector.secret_header and not connector.secret:
             found.append(f"missing credential for the {connector.secret_header} header")
         elif connector.secret_header and (problem := header_value_problem(connector.secret)):

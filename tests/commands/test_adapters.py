@@ -174,6 +174,7 @@ def test_a_large_response_keeps_only_a_bounded_excerpt(http_command, sink):
         ({"url": "ftp://example.test/x"}, "the URL must be an absolute http:// or https:// URL"),
         ({"url": "http://user:pw@127.0.0.1/"}, "the URL carries credentials; put them in the secret instead"),
         ({"url": "http://@127.0.0.1/"}, "the URL carries credentials; put them in the secret instead"),
+        ({"url": "http://127.0.0.1:99999/"}, "the URL's port is not a port (1 to 65535)"),
         ({"secret_header": "Authorization"}, "missing credential for the Authorization header"),
         ({"enabled": False}, "the connector is disabled"),
     ],

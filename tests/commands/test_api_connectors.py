@@ -102,6 +102,13 @@ def test_a_url_with_credentials_is_refused_naming_the_field_never_quoting_it(wor
     assert not Connector.objects.filter(name="h-url").exists()
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/x", "http://127.0.0.1:0/x"])
+def test_a_url_whose_port_no_connection_can_reach_is_refused(world, call, url):
+    body = {"tenant": "acme", "name": "h-port", "kind": "http", "url": url}
+    status, data = call("admin", "POST", "/api/v1/connectors/", body)
+    assert (status, data["fields"]) == (400, {"url": ["The URL's port is not a port (1 to 65535)."]})
+
+
 def test_a_number_too_large_for_a_float_is_a_400(world):
     client = world.client("admin")
     response = client.patch(
