@@ -25,13 +25,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ankusa_site.api import Access, StrictSerializer, errors, refuse_unknown_query_params
+from ankusa_site.management import arguments
 from queues.actions import overview
 from queues.fifo import NAME_PATTERN, ReliableFIFO, get_queue
 
 # The bodies are two small numbers; anything much bigger is not one of them.
 MAX_BODY_BYTES = 4096
-# A day in seconds times ten thousand: larger is a typo, and timedelta overflows past 1e9 days.
-MAX_SECONDS = 864_000_000
+MAX_SECONDS = arguments.MAX_SECONDS  # as the queues command takes them
 # A fail count is a 32-bit integer column.
 MAX_FAIL_COUNT = 2**31 - 1
 

@@ -8,7 +8,8 @@ import shlex
 import subprocess
 from urllib.parse import urlsplit
 
-from django.core.management import call_command
+import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from commands.models import Command, Connector, Source
@@ -118,3 +119,11 @@ def test_make_run_serves_and_points_the_demo_at_the_port_it_is_given(settings):
     plan = " ".join(printed.replace("\\\n", " ").split())  # one line per command, as the shell reads it
     assert "demo --site-url http://127.0.0.1:8123 --receiver-url http://127.0.0.1:8123/demo/receiver/" in plan
     assert "serve --bind 127.0.0.1:8123" in plan
+
+
+@pytest.mark.parametrize("url", ["javascript:alert(1)", "http://127.0.0.1:99999/demo/receiver/", "not a url"])
+def test_the_demo_refuses_a_url_no_connector_could_post_to_and_makes_nothing(db, settings, tmp_path, url):
+    settings.VAR_DIR = tmp_path
+    with pytest.raises(CommandError, match="--receiver-url"):
+        call_command("demo", "--receiver-url", url, stdout=open(tmp_path / "out", "w"))
+    assert not Connector.objects.exists()

@@ -9,7 +9,7 @@ import signal
 import threading
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from commands import dispatch
@@ -160,3 +160,10 @@ def test_a_failed_drain_between_rounds_is_logged_once_and_the_next_round_runs(se
     assert len(calls) == 1  # not again every poll period: the rest of the wait is the next round's
     assert caplog.text.count("dispatch drain failed; looking again at the next round") == 1
     assert out.getvalue().count("dispatch round") == 2
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
+@pytest.mark.parametrize("flag", ["--max-seconds", "--interval"])
+def test_a_duration_that_is_no_number_of_seconds_is_refused_before_anything_runs(flag, value):
+    with pytest.raises(CommandError, match="is not a number of seconds"):
+        call_command("dispatch", f"{flag}={value}", stdout=io.StringIO())

@@ -137,6 +137,12 @@ def test_the_command_refuses_a_cutoff_it_cannot_read(value, db):
         call_command("prune", "--older-than", value)
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_the_command_refuses_a_pause_that_is_no_number_of_seconds(value, db):
+    with pytest.raises(CommandError, match="is not a number of seconds"):
+        call_command("prune", f"--pause={value}")
+
+
 @pytest.mark.slow
 def test_two_hundred_thousand_rows_lose_exactly_the_old_finished_ones_while_intake_answers(
     transactional_db, hook_source, connector, post_hook, service_env

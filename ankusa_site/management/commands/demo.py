@@ -26,9 +26,12 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.core.validators import URLValidator
 from django.db import transaction
 
+from commands.adapters.http import url_port_problem
 from commands.models import Command as CommandModel
 from commands.models import Connector, Source
 from limits import tokens
@@ -67,6 +70,13 @@ class Command(BaseCommand):
         parser.add_argument("--site-url", default=SITE_URL, help="Where the printed curl lines send to.")
 
     def handle(self, *args, receiver_url=RECEIVER_URL, site_url=SITE_URL, **options):
+        for flag, url in (("--receiver-url", receiver_url), ("--site-url", site_url)):
+            try:
+                URLValidator(schemes=["http", "https"])(url)
+            except ValidationError:
+                raise CommandError(f"{flag} must be an http:// or https:// URL.") from None
+            if problem := url_port_problem(url):
+                raise CommandError(f"{flag}: {problem}.")
         with transaction.atomic():
             tenant = self.demo_tenant()
             connectors = self.demo_connectors(tenant, receiver_url)

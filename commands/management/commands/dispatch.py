@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
+from ankusa_site.management.arguments import seconds
 from commands.dispatch import Dispatcher, drain_waiting, run_round
 
 logger = logging.getLogger("ankusa.commands.dispatch")
@@ -33,10 +34,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Run one round and exit.")
-        parser.add_argument("--max-seconds", type=float, default=None, help="Stop after this many seconds.")
+        parser.add_argument("--max-seconds", type=seconds, default=None, help="Stop after this many seconds.")
         parser.add_argument(
             "--interval",
-            type=float,
+            type=seconds,
             default=None,
             help=f"Seconds between rounds (default ANKUSA_DISPATCH_INTERVAL_S, {settings.ANKUSA_DISPATCH_INTERVAL_S:g}).",
         )

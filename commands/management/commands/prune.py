@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ankusa_site.management.arguments import seconds
 from commands import retention
 
 UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -33,7 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--batch", type=int, default=retention.DEFAULT_BATCH, help="rows per transaction")
         parser.add_argument(
             "--pause",
-            type=float,
+            type=seconds,
             default=None,
             help=f"seconds between batches (default {retention.DEFAULT_PAUSE_S:g}; "
             f"{retention.SQLITE_PAUSE_S:g} on SQLite)",
@@ -44,8 +45,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if not 1 <= options["batch"] <= 50_000:
             raise CommandError("--batch must be between 1 and 50000.")
-        if options["pause"] is not None and options["pause"] < 0:
-            raise CommandError("--pause cannot be negative.")
         older_than = parse_age(options["older_than"]) if options["older_than"] else None
         report = retention.prune(
             older_than=older_than,

@@ -23,22 +23,12 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ankusa_site.management.arguments import seconds
 from queues.actions import known_queues, overview
-from queues.api import MAX_FAIL_COUNT, MAX_SECONDS
+from queues.api import MAX_FAIL_COUNT
 from queues.fifo import ACTIONS, KINDS, NAME_PATTERN, ReliableFIFO, get_queue
 
 CHUNK = 1000
-
-
-def seconds(text: str) -> float:
-    """An argument type: a number of seconds that makes a duration (no inf, nan or negative)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= MAX_SECONDS:  # nan fails every comparison
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to {MAX_SECONDS:,}")
-    return value
 
 
 def fail_count(text: str) -> int:
