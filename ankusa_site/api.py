@@ -14,6 +14,7 @@ ordering (:class:`Cursor`), and any text the renderer is handed (``ankusa_site.r
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 import django_filters
 from django import forms
@@ -60,11 +61,26 @@ def json_errors(exc, context):
     code = getattr(exc, "default_code", "error")
     if isinstance(exc, exceptions.ValidationError):
         fields = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-        text = "; ".join(f"{name}: {' '.join(map(str, msgs))}" for name, msgs in fields.items())
+        text = "; ".join(line for name, errors in fields.items() for line in _messages(str(name), errors))
         response.data = {"error": code, "detail": text, "fields": fields}
     else:
         response.data = {"error": code, "detail": str(exc.detail)}
     return response
+
+
+def _messages(name: str, errors) -> Iterator[str]:
+    """``name: message …`` for each field with messages, a nested one named by its path (``ids[0]``,
+    ``payload.order``): DRF keys a list's errors by index and a nested serializer's by field, and
+    printing those as they were said ``ids: 0``, without the message."""
+    if isinstance(errors, dict):
+        for key, inner in errors.items():
+            yield from _messages(f"{name}[{key}]" if isinstance(key, int) else f"{name}.{key}", inner)
+    elif isinstance(errors, list) and any(isinstance(inner, dict | list) for inner in errors):
+        for index, inner in enumerate(errors):
+            if inner:  # a many=True serializer leaves an empty dict for each valid item
+                yield from _messages(f"{name}[{index}]", inner)
+    else:
+        yield f"{name}: {' '.join(map(str, errors if isinstance(errors, list) else [errors]))}"
 
 
 def error(code: str, detail: str, status: int, **headers: str) -> JsonResponse:

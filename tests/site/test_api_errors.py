@@ -39,3 +39,10 @@ def test_a_path_under_the_api_that_names_nothing_is_a_json_404_in_debug_mode_too
         404,
         {"error": "not_found", "detail": f"No endpoint at {path}."},
     )
+
+
+def test_a_nested_field_error_says_its_message_and_where_in_detail(world, call):
+    status, data = call("operator", "POST", "/api/v1/commands/resend/", {"ids": [world.a.command.pk, "a"]})
+    assert (status, data["error"]) == (400, "invalid")
+    assert data["detail"] == "ids[1]: A valid integer is required."
+    assert data["fields"] == {"ids": {"1": ["A valid integer is required."]}}
