@@ -21,6 +21,11 @@ for real). It reads at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (more is a 413), wit
 deadline (a 408), and answers a malformed chunk with a 400, each as JSON; then the request goes on
 as if it had come with its ``Content-Length``. Webhooks (``/hooks/``) are left to their view, which
 reads a chunked body itself, only up to the tenant's own limit.
+
+``plain_body`` — before it — answers 415 ``unsupported_media_type`` to a body under ``/api/`` or
+``/hooks/`` that says it is compressed (``Content-Encoding`` other than ``identity``) or in a
+charset other than UTF-8: both were read as UTF-8 text as they came, a gzip body a 400 "not
+UTF-8", a plain one labelled gzip accepted, UTF-16 read as UTF-8.
 """
 
 from __future__ import annotations
@@ -141,6 +146,38 @@ def read_chunked(stream, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+# Where every body is JSON text read as UTF-8: the REST API and the webhooks.
+PLAIN_BODY_PREFIXES = ("/api/", "/hooks/")
+
+
+def plain_body(get_response):
+    def middleware(request):
+        meta = request.META
+        has_body = meta.get("CONTENT_LENGTH", "") not in ("", "0") or is_chunked(meta)
+        if not has_body or not request.path_info.startswith(PLAIN_BODY_PREFIXES):
+            return get_response(request)
+        encoding = meta.get("HTTP_CONTENT_ENCODING", "").strip().lower()
+        if encoding not in ("", "identity"):
+            return _refused(
+                415, "unsupported_media_type", "Send the body uncompressed: no Content-Encoding is accepted."
+            )
+        charset = _charset(meta.get("CONTENT_TYPE", ""))
+        if charset not in (None, "utf-8", "utf8"):
+            return _refused(415, "unsupported_media_type", "Send the body as UTF-8 (charset=utf-8, or none).")
+        return get_response(request)
+
+    return middleware
+
+
+def _charset(content_type: str) -> str | None:
+    """The ``charset`` parameter of a Content-Type, lower case and unquoted; None without one."""
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"').lower()
+    return None
 
 
 def chunked_body(get_response):

@@ -74,6 +74,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "ankusa_site.middleware.body_timeout",
+    "ankusa_site.middleware.plain_body",
     "ankusa_site.middleware.chunked_body",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

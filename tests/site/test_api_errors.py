@@ -46,3 +46,30 @@ def test_a_nested_field_error_says_its_message_and_where_in_detail(world, call):
     assert (status, data["error"]) == (400, "invalid")
     assert data["detail"] == "ids[1]: A valid integer is required."
     assert data["fields"] == {"ids": {"1": ["A valid integer is required."]}}
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/api/v1/commands/", {"HTTP_CONTENT_ENCODING": "gzip"}),
+        ("/api/v1/commands/", {"HTTP_CONTENT_ENCODING": "br"}),
+        ("/hooks/acme/orders/", {"HTTP_CONTENT_ENCODING": "gzip"}),
+        ("/api/v1/commands/", {"CONTENT_TYPE": "application/json; charset=utf-16"}),
+        ("/hooks/acme/orders/", {"CONTENT_TYPE": 'application/json; charset="latin-1"'}),
+    ],
+)
+def test_a_body_compressed_or_in_another_charset_is_a_415_before_it_is_read(client, db, path, headers):
+    response = client.post(
+        path, b'{"connector": "x", "payload": {}}', content_type="application/json", **headers
+    )
+    assert (response.status_code, response.json()["error"]) == (415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json; charset=UTF-8", 'application/json; charset="utf8"']
+)
+def test_a_body_that_says_utf_8_or_identity_is_read_as_any_other(client, db, content_type):
+    response = client.post(
+        "/api/v1/commands/", b"{}", content_type=content_type, HTTP_CONTENT_ENCODING="identity"
+    )
+    assert response.status_code == 401  # past the body's checks, to the token's
