@@ -29,6 +29,7 @@ a person just made should not wait out the 10-minute re-check period.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from django.conf import settings
@@ -64,7 +65,21 @@ HTTP_METHODS = [("POST", "POST"), ("PUT", "PUT"), ("PATCH", "PATCH")]
 
 
 # Credentials belong in the write-only secret, never in headers an admin page shows back.
-CREDENTIAL_HEADERS = {"authorization", "proxy-authorization", "cookie", "x-api-key"}
+# A header whose name has one of these words carries a credential (X-Auth-Token, Private-Token,
+# DD-API-KEY, X-Hasura-Admin-Secret, Cookie, ...): among the connector's headers, which everyone who
+# may view it reads, it is refused; it goes in the write-only secret instead.
+CREDENTIAL_WORDS = frozenset(
+    {"authorization", "auth", "token", "secret", "password", "passwd", "credential", "credentials",
+     "cookie", "session", "signature", "key", "apikey"}
+)  # fmt: skip
+NOT_CREDENTIALS = frozenset({"idempotency-key"})  # the adapter sets it: the command's id
+
+
+def is_credential_header(name: str) -> bool:
+    lowered = name.lower()
+    return lowered not in NOT_CREDENTIALS and any(
+        word in CREDENTIAL_WORDS for word in re.split(r"[-_.]", lowered)
+    )
 
 
 # A header name is a token and a value one the HTTP adapter can send (``HEADER_NAME``,
@@ -84,7 +99,7 @@ def validate_headers(value) -> None:
         problem = header_value_problem(header_value)
         if problem is not None:
             raise ValidationError(f"The value of {name} {problem}.")
-        if name.lower() in CREDENTIAL_HEADERS:
+        if is_credential_header(name):
             raise ValidationError(
                 f"{name} carries a credential: put it in the secret, which is never shown back."
             )

@@ -156,7 +156,7 @@ def test_a_connector_without_credentials_in_shown_fields_is_not_touched(connecto
 
 def test_a_secret_a_receiver_echoed_into_a_recorded_answer_is_masked(rolled_back):
     roll_back, migrate = rolled_back
-    apps = roll_back(("commands", "0006_credentials_out_of_shown_fields"))
+    apps = roll_back(("commands", "0007_credential_headers_by_their_words"))
     tenant = apps.get_model("limits", "Tenant").objects.create(slug="acme", name="Acme")
     connector = apps.get_model("commands", "Connector").objects.create(
         tenant=tenant, name="echo", kind="http", url="https://example.com/hook", headers={}, status_map={},
@@ -184,3 +184,13 @@ def test_a_secret_a_receiver_echoed_into_a_recorded_answer_is_masked(rolled_back
     assert Attempt.objects.get(pk=echoed.pk).response_excerpt == '{"Authorization": "[redacted]"}'
     assert Attempt.objects.get(pk=cut.pk).response_excerpt == "x" * 989 + "[redacted]"
     assert Attempt.objects.get(pk=unrelated.pk).response_excerpt == "Bearer TOPSECRET-42 is not its secret"
+
+
+def test_a_header_whose_name_says_credential_becomes_the_secret_where_there_is_none(connector_before):
+    make, migrate = connector_before
+    make(name="a", headers={"X-Team": "ops", "X-Auth-Token": "hunter2", "DD-API-KEY": "k1"})
+    make(name="b", headers={"Private-Token": "t1"}, secret_header="Authorization", secret="Bearer kept")
+    (moved, kept) = migrate()
+    assert (moved.secret_header, moved.secret) == ("DD-API-KEY", "k1")  # the first by name
+    assert moved.headers == {"X-Team": "ops", "X-Auth-Token": "hunter2"}  # one secret: a person chooses
+    assert (kept.secret, kept.headers) == ("Bearer kept", {"Private-Token": "t1"})

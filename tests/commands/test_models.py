@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from commands.models import Command, Source
+from commands.models import Command, Source, is_credential_header
 from commands.retry import Outlook, SkipReason
 from commands.states import Event, State
 from limits.models import Tenant
@@ -117,6 +117,12 @@ def test_a_source_starts_its_commands_as_drafts_only_when_they_need_approval(ten
         ("headers", {"X-Note": "a\x00b"}, "The value of X-Note must not hold control characters"),
         ("headers", {"X-Note": "\u20ac"}, "The value of X-Note may hold only Latin-1 characters"),
         ("headers", {"authorization": "Bearer x"}, "carries a credential: put it in the secret"),
+        ("headers", {"X-Auth-Token": "hunter2"}, "X-Auth-Token carries a credential"),
+        ("headers", {"DD-API-KEY": "k"}, "DD-API-KEY carries a credential"),
+        ("headers", {"X-Hasura-Admin-Secret": "s"}, "carries a credential"),
+        ("headers", {"Private-Token": "t"}, "carries a credential"),
+        ("headers", {"Ocp-Apim-Subscription-Key": "k"}, "carries a credential"),
+        ("headers", {"X_Session_Id": "s"}, "carries a credential"),
         ("secret_header", "Author ization", "is not a valid HTTP header name"),
         ("status_map", {"abc": "never"}, "is not an HTTP status code"),
         ("status_map", {"503": "soon"}, "is not an outlook"),
@@ -179,3 +185,10 @@ def test_the_admin_refuses_an_unsendable_secret_and_a_url_with_credentials(admin
     assert "topsecretvalue" not in page.content.decode()
     connector.refresh_from_db()
     assert (connector.url, connector.secret) == ("http://127.0.0.1:9/", "Bearer ok")
+
+
+@pytest.mark.parametrize(
+    "name", ["X-Team", "X-Author", "Idempotency-Key", "Accept", "X-Keyboard", "X-Tokenizer"]
+)
+def test_a_header_whose_name_has_no_credential_word_is_not_taken_for_one(name):
+    assert not is_credential_header(name)

@@ -65,7 +65,7 @@ def mask_secrets(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("commands", "0006_credentials_out_of_shown_fields"),
+        ("commands", "0007_credential_headers_by_their_words"),
     ]
 
     operations = [
