@@ -9,7 +9,7 @@ through ``ModelAdmin``; Django's users and groups are registered again below wit
 
 * **Which filters a URL may ask for** (``url_lookup_allowed``): a path of fields, none of them
   secret, then a comparison the admin's own filters, date hierarchy and links use (``exact``,
-  ``in``, ``isnull``, ``gt``/``gte``/``lt``/``lte``, a date part). Anything else is Django's answer
+  ``in``, ``isnull``, ``isempty``, ``gt``/``gte``/``lt``/``lte``, a date part). Anything else is Django's answer
   to a disallowed lookup, a 400: ``?secret__startswith=a`` would tell a secret one character at a
   time from the count of rows, and ``__range``, ``__regex`` or a JSON ``__contains`` fail in the
   database (SQLite has no JSON containment, and raises for a bad regex) rather than as a filter.
@@ -64,7 +64,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # What a changelist's URL may compare a field with: what the admin's own filters and links use.
-URL_COMPARISONS = frozenset({"exact", "iexact", "in", "isnull", "gt", "gte", "lt", "lte"})
+URL_COMPARISONS = frozenset({"exact", "iexact", "in", "isnull", "isempty", "gt", "gte", "lt", "lte"})
 # The parts of a date a URL may compare instead (the date hierarchy's, and a day's).
 URL_DATE_PARTS = frozenset({"year", "iso_year", "month", "day", "date"})
 

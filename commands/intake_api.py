@@ -201,12 +201,17 @@ def submit(request) -> Response:
 
 
 def same_document(stored, sent) -> bool:
-    """Whether two JSON documents are the same, value for value and type for type: Python's ``==``
-    takes ``true``, ``1`` and ``1.0`` for one another, which made a changed payload a duplicate."""
-    if type(stored) is not type(sent):
+    """Whether two JSON documents are the same, value for value and kind for kind: Python's ``==``
+    takes ``true`` for ``1``, which made a changed payload a duplicate. Numbers are compared by
+    value, whole or not: PostgreSQL's jsonb gives ``1e16`` back as ``10000000000000000``."""
+    if _kind(stored) is not _kind(sent):
         return False
     if isinstance(stored, dict):
         return stored.keys() == sent.keys() and all(same_document(stored[k], sent[k]) for k in stored)
     if isinstance(stored, list):
         return len(stored) == len(sent) and all(map(same_document, stored, sent))
     return stored == sent
+
+
+def _kind(value) -> type:
+    return float if isinstance(value, int | float) and not isinstance(value, bool) else type(value)

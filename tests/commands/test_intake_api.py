@@ -110,12 +110,20 @@ def test_a_repeated_key_with_another_payload_is_422_and_stores_nothing(api, rece
 
 @pytest.mark.parametrize(
     ("first", "then"),
-    [(1, True), (1, 1.0), (0, False), ([1], [True]), ({"a": {"b": 1}}, {"a": {"b": 1.0}}), ("1", 1)],
+    [(1, True), (0, False), ([1], [True]), ({"a": {"b": 1}}, {"a": {"b": True}}), ("1", 1), (1, 2)],
 )
 def test_a_repeated_key_with_a_payload_equal_only_to_python_is_422(api, receiver, first, then):
     api({"connector": receiver.pk, "payload": {"amount": first}}, key="k-1")
     status, data = answer(api({"connector": receiver.pk, "payload": {"amount": then}}, key="k-1"))
     assert (status, data["error"]) == (422, "idempotency_key_reused")
+
+
+@pytest.mark.parametrize("number", [1e16, 2.5e20, 1.0, 1e-7, 12345678901234567890])
+def test_a_retry_of_a_number_the_database_writes_back_otherwise_is_a_duplicate(api, receiver, number):
+    body = {"connector": receiver.pk, "payload": {"n": number}}
+    assert api(body, key="k-1").status_code == 202
+    status, data = answer(api(body, key="k-1"))
+    assert (status, data["status"]) == (200, "duplicate")
 
 
 def test_a_repeated_key_with_the_same_payload_in_another_key_order_is_a_duplicate(api, receiver):

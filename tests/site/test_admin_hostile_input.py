@@ -176,7 +176,20 @@ def test_a_lookup_no_admin_filter_uses_is_refused_before_the_database_sees_it(ro
         ("admin:commands_command_changelist", "source__isnull=True"),
         ("admin:commands_delivery_changelist", "headers__isnull=False"),
         ("admin:commands_auditentry_changelist", "user__id__exact=1"),
+        ("admin:limits_apitoken_changelist", "revoked_at__isempty=1"),
+        ("admin:limits_apitoken_changelist", "revoked_at__isempty=0"),
     ],
 )
 def test_the_filters_the_admins_own_pages_use_still_narrow_the_list(root, name, query):
     assert root.get(f"{reverse(name)}?{query}").status_code == 200
+
+
+@pytest.mark.parametrize("model", registered(), ids=lambda model: model._meta.label)
+def test_every_link_of_a_changelists_own_filters_is_a_filter_its_url_may_ask_for(root, model):
+    url = changelist(model)
+    response = root.get(url)
+    assert response.status_code == 200
+    changes = response.context["cl"]
+    links = [choice["query_string"] for spec in changes.filter_specs for choice in spec.choices(changes)]
+    refused = [query for query in links if root.get(f"{url}{query}").status_code == 400]
+    assert refused == []
