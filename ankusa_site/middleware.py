@@ -14,25 +14,19 @@ is marked late (``late(request)``). The places that read bodies answer a late on
 Django's CSRF check answers 403 for an admin form it could not read. A request whose body came in
 time and that runs past its deadline only loses its connection's keep-alive.
 
-``chunked_body`` — the second — reads a body sent with ``Transfer-Encoding: chunked`` (no
-``Content-Length``) before any view: Django's request reads ``Content-Length`` bytes, none without
-one, and the REST API then parsed an empty body (a cancel posted chunked with ``dry_run`` was done
-for real). It reads at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (more is a 413), within the body's
-deadline (a 408), and answers a malformed chunk with a 400, each as JSON; then the request goes on
-as if it had come with its ``Content-Length``. Webhooks (``/hooks/``) are left to their view, which
-reads a chunked body itself, only up to the tenant's own limit.
-
-``plain_body`` — before it — answers 415 ``unsupported_media_type`` to a body under ``/api/`` or
-``/hooks/`` that says it is compressed (``Content-Encoding`` other than ``identity``) or in a
-charset other than UTF-8: both were read as UTF-8 text as they came, a gzip body a 400 "not
-UTF-8", a plain one labelled gzip accepted, UTF-16 read as UTF-8.
+``chunked_body`` answers 411 ``length_required`` to a body sent with ``Transfer-Encoding:
+chunked`` (no ``Content-Length``) to any view but the two that read one themselves, only up to the
+tenant's limit: a webhook and a command's submission. Django's request reads ``Content-Length``
+bytes, none without one: the REST API parsed such a body as empty, and a cancel posted chunked
+with ``dry_run`` was done for real. Reading it for every view instead would have read up to the
+site's limit before any authentication.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import io
+import functools
 import itertools
 import os
 import socket
@@ -41,6 +35,7 @@ import time
 
 from django.conf import settings
 from django.http import JsonResponse
+from django.urls import reverse
 
 LATE = "ankusa.body_late"  # set in a request's META when its deadline passed
 # The watching thread wakes at most this often: deadlines are kept to within it.
@@ -128,12 +123,27 @@ def late_detail() -> str:
     return f"The body did not arrive within {settings.ANKUSA_BODY_TIMEOUT_S:g} s."
 
 
-# Paths whose views read a chunked body themselves (the webhook intake: up to the tenant's limit).
-READS_ITS_OWN_CHUNKS = "/hooks/"
-
-
 def is_chunked(meta: dict) -> bool:
     return "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+
+# Charsets a JSON body may say it is in: UTF-8, and ASCII, which is UTF-8 too.
+READABLE_CHARSETS = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})
+
+
+def body_encoding_problem(meta: dict) -> str | None:
+    """Why a body cannot be read as the UTF-8 text it must be, from its headers: compressed
+    (``Content-Encoding`` other than ``identity``), or in another charset. None: it can. Each was
+    read as UTF-8 as it came: a gzip body a 400 "not UTF-8", a plain one labelled gzip accepted,
+    UTF-16 read as UTF-8. The places that read bodies answer it with a 415."""
+    encoding = meta.get("HTTP_CONTENT_ENCODING", "").strip().lower()
+    if encoding not in ("", "identity"):
+        return "Send the body uncompressed: no Content-Encoding is accepted."
+    for parameter in meta.get("CONTENT_TYPE", "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in READABLE_CHARSETS:
+            return "Send the body as UTF-8 (charset=utf-8, or none)."
+    return None
 
 
 def read_chunked(stream, limit: int) -> bytes:
@@ -148,64 +158,26 @@ def read_chunked(stream, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-# Where every body is JSON text read as UTF-8: the REST API and the webhooks.
-PLAIN_BODY_PREFIXES = ("/api/", "/hooks/")
-
-
-def plain_body(get_response):
-    def middleware(request):
-        meta = request.META
-        has_body = meta.get("CONTENT_LENGTH", "") not in ("", "0") or is_chunked(meta)
-        if not has_body or not request.path_info.startswith(PLAIN_BODY_PREFIXES):
-            return get_response(request)
-        encoding = meta.get("HTTP_CONTENT_ENCODING", "").strip().lower()
-        if encoding not in ("", "identity"):
-            return _refused(
-                415, "unsupported_media_type", "Send the body uncompressed: no Content-Encoding is accepted."
-            )
-        charset = _charset(meta.get("CONTENT_TYPE", ""))
-        if charset not in (None, "utf-8", "utf8"):
-            return _refused(415, "unsupported_media_type", "Send the body as UTF-8 (charset=utf-8, or none).")
-        return get_response(request)
-
-    return middleware
-
-
-def _charset(content_type: str) -> str | None:
-    """The ``charset`` parameter of a Content-Type, lower case and unquoted; None without one."""
-    for parameter in content_type.split(";")[1:]:
-        name, _, value = parameter.partition("=")
-        if name.strip().lower() == "charset":
-            return value.strip().strip('"').lower()
-    return None
+@functools.cache
+def _reads_its_own_chunks() -> tuple[str, str]:
+    """(POST path, path prefix) of the views that read a chunked body themselves."""
+    return reverse("commands-command-list"), "/hooks/"
 
 
 def chunked_body(get_response):
     def middleware(request):
-        meta = request.META
-        if not is_chunked(meta) or request.path_info.startswith(READS_ITS_OWN_CHUNKS):
+        if not is_chunked(request.META):
             return get_response(request)
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        try:
-            body = read_chunked(meta["wsgi.input"], limit)
-        except Exception:  # each WSGI server has its own errors for a malformed or cut-off chunk
-            body = None
-        if late(request):
-            return _refused(408, "request_timeout", late_detail())
-        if body is None:
-            return _refused(400, "bad_request", "The chunked body is malformed or was cut off.")
-        if len(body) > limit:
-            return _refused(413, "too_large", f"The body is larger than {limit} bytes.")
-        del meta["HTTP_TRANSFER_ENCODING"]
-        meta["CONTENT_LENGTH"] = str(len(body))
-        request._stream = io.BytesIO(body)  # what Django's own request.body leaves to read from
-        return get_response(request)
+        submit, hooks = _reads_its_own_chunks()
+        if request.path_info.startswith(hooks) or (request.method == "POST" and request.path_info == submit):
+            return get_response(request)
+        return JsonResponse(
+            {
+                "error": "length_required",
+                "detail": "Send the body with a Content-Length: only webhooks and command submissions "
+                "take a chunked one.",
+            },
+            status=411,
+        )
 
     return middleware
-
-
-def _refused(status: int, code: str, detail: str) -> JsonResponse:
-    response = JsonResponse({"error": code, "detail": detail}, status=status)
-    # Answered before CommonMiddleware, which would set it: gunicorn would chunk the answer instead.
-    response["Content-Length"] = str(len(response.content))
-    return response

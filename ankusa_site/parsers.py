@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from rest_framework import exceptions, parsers
 
+from ankusa_site.middleware import body_encoding_problem
+
 
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, parsing by the intake's own rule (``commands.intake.parse_json``): the
@@ -24,6 +26,9 @@ class JSONParser(parsers.JSONParser):
         # which may be before the apps (and commands.intake's models) are loaded.
         from commands.intake import Refusal, parse_json
 
+        request = (parser_context or {}).get("request")
+        if request is not None and (problem := body_encoding_problem(request.META)):
+            raise exceptions.UnsupportedMediaType(media_type, detail=problem)
         parsed = parse_json(stream.read())
         if isinstance(parsed, Refusal):
             raise exceptions.ParseError(parsed.detail)

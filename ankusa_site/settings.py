@@ -74,12 +74,11 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "ankusa_site.middleware.body_timeout",
-    "ankusa_site.middleware.plain_body",
-    "ankusa_site.middleware.chunked_body",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "ankusa_site.middleware.chunked_body",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",

@@ -60,7 +60,7 @@ from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
-from ankusa_site.middleware import is_chunked, late, late_detail, read_chunked
+from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail, read_chunked
 from ankusa_site.prepared import execute_prepared
 from commands import dispatch
 from commands.models import Command, Delivery, Source
@@ -604,6 +604,8 @@ def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
 
 
 def _read(request, limit: int) -> bytes | Refusal:
+    if problem := body_encoding_problem(request.META):
+        return Refusal(415, "unsupported_media_type", problem)
     if is_chunked(request.META):
         try:
             return read_chunked(request.META["wsgi.input"], limit)

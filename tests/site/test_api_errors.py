@@ -48,28 +48,33 @@ def test_a_nested_field_error_says_its_message_and_where_in_detail(world, call):
     assert data["fields"] == {"ids": {"1": ["A valid integer is required."]}}
 
 
-@pytest.mark.parametrize(
-    ("path", "headers"),
-    [
-        ("/api/v1/commands/", {"HTTP_CONTENT_ENCODING": "gzip"}),
-        ("/api/v1/commands/", {"HTTP_CONTENT_ENCODING": "br"}),
-        ("/hooks/acme/orders/", {"HTTP_CONTENT_ENCODING": "gzip"}),
-        ("/api/v1/commands/", {"CONTENT_TYPE": "application/json; charset=utf-16"}),
-        ("/hooks/acme/orders/", {"CONTENT_TYPE": 'application/json; charset="latin-1"'}),
-    ],
-)
-def test_a_body_compressed_or_in_another_charset_is_a_415_before_it_is_read(client, db, path, headers):
-    response = client.post(
-        path, b'{"connector": "x", "payload": {}}', content_type="application/json", **headers
-    )
-    assert (response.status_code, response.json()["error"]) == (415, "unsupported_media_type")
+BODY_HEADERS = {
+    "gzip": {"HTTP_CONTENT_ENCODING": "gzip"},
+    "br": {"HTTP_CONTENT_ENCODING": "br"},
+    "utf-16": {"content_type": "application/json; charset=utf-16"},
+    "latin-1": {"content_type": 'application/json; charset="latin-1"'},
+}
 
 
-@pytest.mark.parametrize(
-    "content_type", ["application/json; charset=UTF-8", 'application/json; charset="utf8"']
-)
-def test_a_body_that_says_utf_8_or_identity_is_read_as_any_other(client, db, content_type):
-    response = client.post(
-        "/api/v1/commands/", b"{}", content_type=content_type, HTTP_CONTENT_ENCODING="identity"
+def sent(world, caller: str, method: str, path: str, body: bytes, headers: dict):
+    client = world.client(caller)
+    return getattr(client, method)(path, body, **{"content_type": "application/json", **headers})
+
+
+@pytest.mark.parametrize("headers", BODY_HEADERS.values(), ids=BODY_HEADERS)
+def test_a_body_compressed_or_in_another_charset_is_a_415_wherever_a_body_is_read(world, headers):
+    hook = world.client("anonymous").post(
+        "/hooks/acme/orders/", b"{}", **{"content_type": "application/json", **headers}
     )
-    assert response.status_code == 401  # past the body's checks, to the token's
+    submit = sent(world, "tenant_a", "post", "/api/v1/commands/", b'{"connector": "billing"}', headers)
+    patch = sent(world, "admin", "patch", f"/api/v1/connectors/{world.a.connector.pk}/", b"{}", headers)
+    for response in (hook, submit, patch):
+        assert (response.status_code, response.json()["error"]) == (415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize("charset", ["UTF-8", '"utf8"', "us-ascii"])
+def test_a_body_that_says_utf_8_or_ascii_or_identity_is_read_as_any_other(world, charset):
+    headers = {"content_type": f"application/json; charset={charset}", "HTTP_CONTENT_ENCODING": "identity"}
+    path = f"/api/v1/connectors/{world.a.connector.pk}/"
+    response = sent(world, "admin", "patch", path, b'{"enabled": false}', headers)
+    assert (response.status_code, response.json()["enabled"]) == (200, False)
