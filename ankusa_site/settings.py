@@ -266,16 +266,16 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery beat runs the dispatch loop's sweep and recovery at the loop's own period; each of them
-# asks for a consume when it queued something (commands/tasks.py). Beat also asks for a consume
-# every poll period, for what intake queued itself; one a worker has not started by the next is
-# dropped, not piled up.
+# asks for a consume when it queued something (commands/tasks.py). Beat also sends a poll every
+# poll period, for what intake queued itself: one poll drains at a time, and a poll no worker has
+# started within ten periods (at least 10 s, clocks may differ) is dropped when one receives it.
 CELERY_BEAT_SCHEDULE = {
     "commands-sweep": {"task": "commands.sweep", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
     "commands-recover": {"task": "commands.recover", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
-    "commands-consume": {
-        "task": "commands.consume",
+    "commands-poll": {
+        "task": "commands.poll",
         "schedule": ANKUSA_DISPATCH_POLL_S,
-        "options": {"expires": ANKUSA_DISPATCH_POLL_S},
+        "options": {"expires": max(10 * ANKUSA_DISPATCH_POLL_S, 10.0)},
     },
     "commands-prune": {"task": "commands.prune", "schedule": 3600.0},
 }

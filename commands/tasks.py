@@ -1,6 +1,6 @@
 """Celery tasks: the dispatch loop's three steps, for sites that run Celery instead of
 ``manage.py dispatch`` (beat schedules ``sweep`` and ``recover`` every
-``ANKUSA_DISPATCH_INTERVAL_S``, and ``consume`` every ``ANKUSA_DISPATCH_POLL_S`` for the commands
+``ANKUSA_DISPATCH_INTERVAL_S``, and ``poll`` every ``ANKUSA_DISPATCH_POLL_S`` for the commands
 intake queued itself; see ``CELERY_BEAT_SCHEDULE`` in the settings).
 
 Each task calls one function of ``commands.dispatch``. When a step puts items on the queue, it asks
@@ -11,8 +11,12 @@ changes in ``commands.dispatch`` keep a command from being sent twice.
 
 from __future__ import annotations
 
+import logging
+import secrets
+
 from celery import shared_task
 from django.conf import settings
+from django.core.cache import caches
 from django.db import transaction
 
 from commands import dispatch, retention
@@ -31,15 +35,50 @@ def sweep() -> dict:
     return {"taken": summary.taken, "skipped": dict(summary.skipped)}
 
 
+logger = logging.getLogger("ankusa.commands.dispatch")
+
+NOTHING = {"claimed": 0, "results": {}}
+# Held (in the Redis cache) by the one poll that drains: see ``poll``.
+POLL_LOCK = "ankusa:dispatch:poll"
+
+
 @shared_task(name="commands.consume")
 def consume() -> dict:
-    # Beat asks for one every poll period: an empty queue costs a read, not a dispatcher.
+    # An empty queue (a sweep's items taken by another worker already) costs a read, not a dispatcher.
     if not dispatch.items_waiting(dispatch.commands_queue()):
-        return {"claimed": 0, "results": {}}
+        return NOTHING
     # One interval at most, so a long backlog is shared between workers and beat's next round.
     with dispatch.Dispatcher() as dispatcher:
         summary = dispatcher.drain(max_seconds=settings.ANKUSA_DISPATCH_INTERVAL_S)
     return {"claimed": summary.claimed, "results": dict(summary.results)}
+
+
+@shared_task(name="commands.poll")
+def poll() -> dict:
+    """Beat's look at the queue every poll period, for what intake queued: a drain if an item
+    waits and no other poll is draining, fleet-wide. A poll a second, each drain lasting up to an
+    interval, would otherwise start a dispatcher in every worker process (its pool of senders and
+    connections each, the per-connector cap as many times over at one receiver)."""
+    if not dispatch.items_waiting(dispatch.commands_queue()):
+        return NOTHING
+    lock, token = caches["redis"], secrets.token_hex(8)
+    longest = (
+        settings.ANKUSA_DISPATCH_INTERVAL_S
+        + settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S
+        + settings.ANKUSA_HTTP_READ_TIMEOUT_S
+    )
+    try:
+        held = lock.add(POLL_LOCK, token, timeout=longest + 10)
+    except Exception:  # Redis out of reach: draining unlocked costs overlap, never a second send
+        logger.warning("dispatch poll: the lock could not be taken; draining without it")
+        held, lock = True, None
+    if not held:
+        return {**NOTHING, "busy": True}
+    try:
+        return consume()
+    finally:
+        if lock is not None and lock.get(POLL_LOCK) == token:
+            lock.delete(POLL_LOCK)
 
 
 @shared_task(name="commands.recover")

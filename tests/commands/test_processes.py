@@ -220,7 +220,7 @@ def test_under_celery_beat_a_command_intake_queued_is_sent_without_waiting_for_a
         tenant=tenant, slug="orders", verifier="github", verifier_secrets=[HOOK_SECRET], dedupe_key="github"
     )
     source.connectors.set([make_connector("log", kind="log")])
-    # Sweeps an hour apart: only beat's consume, every 0.2 s, can send what intake queued.
+    # Sweeps an hour apart: only beat's poll, every 0.2 s, can send what intake queued.
     env = {**service_env, "ANKUSA_DISPATCH_POLL_S": "0.2", "ANKUSA_DISPATCH_INTERVAL_S": "3600"}
     worker = celery_worker(env)
     beat = celery(env, "beat", "--schedule", str(tmp_path / "beat-schedule"), "--pidfile", "", "-l", "info")
@@ -229,11 +229,14 @@ def test_under_celery_beat_a_command_intake_queued_is_sent_without_waiting_for_a
         wait_for(
             lambda: Command.objects.filter(state=State.SUCCEEDED).exists(),
             timeout=60,
-            what="beat's consume to send it",
+            what="beat's poll to send it",
         )
     finally:
-        beat_output, worker_output = stop(beat), stop(worker)
-    assert "Sending due task commands-consume" in beat_output
-    assert "Task commands.consume[" in worker_output
+        try:
+            beat_output = stop(beat)
+        finally:
+            worker_output = stop(worker)
+    assert "Sending due task commands-poll" in beat_output
+    assert "Task commands.poll[" in worker_output
     assert "Task commands.sweep[" not in worker_output
     assert worker.returncode == 0, worker_output

@@ -42,9 +42,16 @@ class Command(BaseCommand):
             help=f"Seconds between rounds (default ANKUSA_DISPATCH_INTERVAL_S, {settings.ANKUSA_DISPATCH_INTERVAL_S:g}).",
         )
 
-    def handle(self, *args, once=False, max_seconds=None, interval=None, **options):
+    def handle(self, *args, **options):
         stop = threading.Event()
-        self.install_stop_handlers(stop)
+        previous = self.install_stop_handlers(stop)
+        try:
+            self.run(stop, **options)
+        finally:  # a caller in the same process (call_command) gets its own handlers back
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def run(self, stop: threading.Event, *, once=False, max_seconds=None, interval=None, **options):
         interval = interval or settings.ANKUSA_DISPATCH_INTERVAL_S
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         with Dispatcher(stop=stop) as dispatcher:
@@ -85,10 +92,11 @@ class Command(BaseCommand):
             if drained is not None and drained.drained.claimed:
                 self.stdout.write(drained.line())
 
-    def install_stop_handlers(self, stop: threading.Event) -> None:
+    def install_stop_handlers(self, stop: threading.Event) -> dict:
+        """Set ``stop`` on SIGTERM or SIGINT; the handlers they had before, by signal."""
+
         def handler(signum, frame):
             stop.set()
             signal.signal(signum, signal.SIG_DFL)  # the same signal again ends it at once
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        return {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
