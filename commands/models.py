@@ -65,20 +65,28 @@ HTTP_METHODS = [("POST", "POST"), ("PUT", "PUT"), ("PATCH", "PATCH")]
 
 
 # Credentials belong in the write-only secret, never in headers an admin page shows back.
-# A header whose name has one of these words carries a credential (X-Auth-Token, Private-Token,
-# DD-API-KEY, X-Hasura-Admin-Secret, Cookie, ...): among the connector's headers, which everyone who
-# may view it reads, it is refused; it goes in the write-only secret instead.
-CREDENTIAL_WORDS = frozenset(
-    {"authorization", "auth", "token", "secret", "password", "passwd", "credential", "credentials",
-     "cookie", "session", "signature", "key", "apikey"}
+# A header whose name says it carries a credential: among the connector's headers, which everyone who
+# may view it reads, it is refused; it goes in the write-only secret instead. Said by a part of the
+# name (X-AuthToken, PrivateToken, X-Hasura-Admin-Secret, Cookie2), a word of it (X-Auth, X-JWT), or
+# a key named for what it opens (DD-API-KEY, Ocp-Apim-Subscription-Key; not X-Routing-Key).
+CREDENTIAL_PARTS = ("token", "secret", "passw", "credential", "apikey", "cookie", "authorization", "bearer")
+CREDENTIAL_WORDS = frozenset({"auth", "pwd", "jwt"})
+KEY_OF = frozenset(
+    {"api", "access", "secret", "private", "subscription", "application", "app", "client", "master",
+     "admin", "account", "license", "functions", "auth", "signing", "encryption"}
 )  # fmt: skip
 NOT_CREDENTIALS = frozenset({"idempotency-key"})  # the adapter sets it: the command's id
 
 
 def is_credential_header(name: str) -> bool:
     lowered = name.lower()
-    return lowered not in NOT_CREDENTIALS and any(
-        word in CREDENTIAL_WORDS for word in re.split(r"[-_.]", lowered)
+    if lowered in NOT_CREDENTIALS:
+        return False
+    if any(part in lowered for part in CREDENTIAL_PARTS):
+        return True
+    words = re.split(r"[-_.]", lowered)
+    return any(word in CREDENTIAL_WORDS for word in words) or any(
+        word == "key" and before in KEY_OF for before, word in zip(words, words[1:], strict=False)
     )
 
 

@@ -19,7 +19,9 @@ Every dispatch goes through :func:`send`, which adds what no adapter should have
 * the receiver's answer (the outcome's excerpt and detail, shown to staff and the tenant on the
   attempt) has the connector's secret masked: a receiver that echoes the request's headers would
   otherwise show it back. Masked are the secret and its credential alone (``Bearer <this>``), as
-  is, JSON-escaped or as Python prints it, and the start of one where the excerpt is cut.
+  is, as Python prints it, JSON-escaped as the common encoders do it (Go's, .NET's, PHP's),
+  percent-encoded or HTML-escaped, and the start of one where an excerpt was cut. Not seen: a
+  secret in another case, split across the answer, or encoded otherwise (base64).
 
 What this does not guarantee: an ``ok`` outcome means the receiver answered success, not that it
 acted; a failure may still have been acted on (a read timeout after the receiver took it) — that
@@ -30,12 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import html
 import importlib
 import json
 import logging
 import pkgutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import quote, quote_plus
 
 from commands.retry import Outlook
 
@@ -130,22 +134,40 @@ MASK = "[redacted]"
 MIN_MASKED_CHARS = 4
 
 
+# What common JSON encoders escape that Python's does not: Go's <, > and & (lower-case hex), .NET's
+# System.Text.Json also + ' and ` (upper-case hex); PHP writes / as \/.
+_ESCAPES = (("<>&", "\\u{:04x}"), ("<>&+'`", "\\u{:04X}"), ("/", "\\{}"))
+
+
+@functools.lru_cache(maxsize=256)
 def _secret_forms(secret: str) -> list[str]:
     """The texts that show ``secret`` in a receiver's answer, longest first: the secret and the
     credential after its scheme (``Bearer``, ``Basic``, ...), each as :func:`_quoted_forms` gives
-    it and JSON-escaped."""
+    it, JSON-escaped as the common encoders do it, percent-encoded and HTML-escaped."""
     values = {secret, secret.split()[-1] if secret.split() else secret}
     forms = set()
     for value in values:
-        forms |= _quoted_forms(value) | {json.dumps(value)[1:-1]}
+        as_json = json.dumps(value)[1:-1]
+        forms |= _quoted_forms(value) | {
+            as_json,
+            quote(value, safe=""),
+            quote_plus(value),
+            html.escape(value),
+        }
+        for escaped, escape in _ESCAPES:
+            forms.add(
+                "".join(escape.format(ord(c) if "u" in escape else c) if c in escaped else c for c in as_json)
+            )
     return sorted((form for form in forms if len(form) >= MIN_MASKED_CHARS), key=len, reverse=True)
 
 
 def masked(text: str, forms: list[str]) -> str:
-    """``text`` with each of ``forms`` replaced by ``[redacted]``, and a tail that begins one (an
-    excerpt cut inside a secret) as well."""
+    """``text`` with each of ``forms`` replaced by ``[redacted]``; and, if ``text`` is as long as an
+    excerpt or a detail is cut to, a tail that begins one (cut inside a secret) as well."""
     for form in forms:
         text = text.replace(form, MASK)
+    if len(text.encode("utf-8", "surrogatepass")) < EXCERPT_CHARS - 3:  # whole: nothing was cut
+        return text
     for form in forms:
         for size in range(len(form) - 1, MIN_MASKED_CHARS - 1, -1):
             if text.endswith(form[:size]):

@@ -2,8 +2,8 @@
 
 Saving a connector refused a credential in its plain headers only under four names
 (``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``X-Api-Key``; migration 0006 moved
-those). It now refuses any header whose name has a word that says credential (``X-Auth-Token``,
-``Private-Token``, ``DD-API-KEY``, ``X-Hasura-Admin-Secret``, ...: ``models.is_credential_header``),
+those). It now refuses any header whose name says it carries one (``X-Auth-Token``, ``PrivateToken``,
+``DD-API-KEY``, ``X-Hasura-Admin-Secret``, ...: ``models.is_credential_header``),
 whose values everyone who may view the connector read. This moves the first such header (by name)
 into the write-only secret of a connector that has none, so dispatch sends the same request; one
 beside a secret stays, for a person to choose, as in 0006. Reversing changes nothing back.
@@ -13,18 +13,25 @@ import re
 
 from django.db import migrations
 
-# A frozen copy of models.is_credential_header's words.
-CREDENTIAL_WORDS = frozenset(
-    {"authorization", "auth", "token", "secret", "password", "passwd", "credential", "credentials",
-     "cookie", "session", "signature", "key", "apikey"}
+# A frozen copy of models.is_credential_header.
+CREDENTIAL_PARTS = ("token", "secret", "passw", "credential", "apikey", "cookie", "authorization", "bearer")
+CREDENTIAL_WORDS = frozenset({"auth", "pwd", "jwt"})
+KEY_OF = frozenset(
+    {"api", "access", "secret", "private", "subscription", "application", "app", "client", "master",
+     "admin", "account", "license", "functions", "auth", "signing", "encryption"}
 )  # fmt: skip
 NOT_CREDENTIALS = frozenset({"idempotency-key"})
 
 
 def _is_credential(name: str) -> bool:
     lowered = name.lower()
-    return lowered not in NOT_CREDENTIALS and any(
-        word in CREDENTIAL_WORDS for word in re.split(r"[-_.]", lowered)
+    if lowered in NOT_CREDENTIALS:
+        return False
+    if any(part in lowered for part in CREDENTIAL_PARTS):
+        return True
+    words = re.split(r"[-_.]", lowered)
+    return any(word in CREDENTIAL_WORDS for word in words) or any(
+        word == "key" and before in KEY_OF for before, word in zip(words, words[1:], strict=False)
     )
 
 

@@ -386,16 +386,23 @@ def test_a_receiver_echoing_the_credential_has_it_masked_in_the_excerpt(http_com
     assert '"Idempotency-Key"' in outcome.excerpt  # the rest of the answer is kept
 
 
+SECRET = "Bearer abc/def+ghi&<x>"
+CUT = "x" * (adapters.EXCERPT_CHARS - 10)  # what comes before the end of a cut excerpt
+
+
 @pytest.mark.parametrize(
     ("answer", "shown"),
     [
-        ("token was TOPSECRET-42, refused", "token was [redacted], refused"),  # without its scheme
-        ('{"got": "Bearer TOP\\"SECRET"}', '{"got": "[redacted]"}'),  # JSON-escaped
-        ("the header ended: Bearer TOPS", "the header ended: [redacted]"),  # cut inside the secret
-        ("nothing of it here", "nothing of it here"),
+        ("token was abc/def+ghi&<x>, refused", "token was [redacted], refused"),  # without its scheme
+        ('{"got": "Bearer abc\\/def+ghi&<x>"}', '{"got": "[redacted]"}'),  # PHP's JSON
+        ('{"got": "abc/def+ghi\\u0026\\u003cx\\u003e"}', '{"got": "[redacted]"}'),  # Go's
+        ('{"got": "abc/def\\u002Bghi\\u0026\\u003Cx\\u003E"}', '{"got": "[redacted]"}'),  # .NET's
+        ("q=abc%2Fdef%2Bghi%26%3Cx%3E", "q=[redacted]"),  # percent-encoded
+        ("<p>abc/def+ghi&amp;&lt;x&gt;</p>", "<p>[redacted]</p>"),  # HTML-escaped
+        (CUT + "Bearer abc/d", CUT + "[redacted]"),  # an excerpt cut inside the secret
+        ("a short answer ends: Bearer abc/d", "a short answer ends: Bearer abc/d"),  # not cut
+        ("Grizzly Bear", "Grizzly Bear"),
     ],
 )
 def test_masking_finds_the_secret_as_a_receiver_may_quote_it(answer, shown):
-    secret = "Bearer TOPSECRET-42" if "TOP\\" not in answer else 'Bearer TOP"SECRET'
-    forms = adapters._secret_forms(secret)
-    assert adapters.masked(answer, forms) == shown
+    assert adapters.masked(answer, adapters._secret_forms(SECRET)) == shown
