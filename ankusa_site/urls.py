@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.contrib import admin
+from django.http import HttpResponsePermanentRedirect
 from django.urls import Resolver404, include, path, re_path, resolve
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
@@ -82,19 +83,25 @@ if settings.DEBUG:
 
 @csrf_exempt
 def no_endpoint(request, *args, **kwargs):
-    """Any other path under /api/ or /hooks/, whatever the method: a JSON 404, in debug mode too
-    (whose own 404 is an HTML page). Without it a path missing its trailing slash was redirected
-    with a 301, which clients follow with a GET: a command POSTed there was dropped while the client
-    saw 200 and a list (in debug mode, Django's refusal to redirect a POST was a 500)."""
-    detail = f"No endpoint at {request.path}."
+    """Any other path under /api/ or /hooks/: a JSON 404, in debug mode too (whose own 404 is an
+    HTML page). A GET or HEAD missing the trailing slash of an endpoint is redirected to it, as
+    Django does; any other method gets the 404 naming the right path: a 301 is followed with a GET,
+    so a command POSTed there was dropped while the client saw 200 and a list (and in debug mode
+    Django's refusal to redirect a POST was a 500)."""
+    slashed = None
     if not request.path_info.endswith("/"):
         try:
             found = resolve(request.path_info + "/")
         except Resolver404:
             found = None
         if found is not None and found.func is not no_endpoint:
-            detail += f" Its paths end with a slash: {request.path}/"
-    return error("not_found", detail, 404)
+            slashed = request.path + "/"
+    if slashed is None:
+        return error("not_found", f"No endpoint at {request.path}.", 404)
+    if request.method in ("GET", "HEAD"):
+        query = request.META.get("QUERY_STRING", "")
+        return HttpResponsePermanentRedirect(slashed + (f"?{query}" if query else ""))
+    return error("not_found", f"No endpoint at {request.path}. Its paths end with a slash: {slashed}", 404)
 
 
 # Last: only what no pattern above took.

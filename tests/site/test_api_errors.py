@@ -17,15 +17,22 @@ def test_an_unknown_admin_path_keeps_the_html_404(client, db):
     assert response["Content-Type"].startswith("text/html")
 
 
-@pytest.mark.parametrize("method", ["get", "post", "patch", "delete"])
-def test_an_api_path_without_its_trailing_slash_is_a_json_404_naming_the_right_one(client, db, method):
-    body = {} if method == "get" else {"data": '{"connector": "x"}', "content_type": "application/json"}
+@pytest.mark.parametrize("method", ["post", "patch", "delete"])
+def test_an_api_write_without_its_trailing_slash_is_a_json_404_naming_the_right_path(client, db, method):
+    body = {"data": '{"connector": "x"}', "content_type": "application/json"}
     response = getattr(client, method)("/api/v1/commands", **body)
     assert response.status_code == 404
     assert response.json() == {
         "error": "not_found",
         "detail": "No endpoint at /api/v1/commands. Its paths end with a slash: /api/v1/commands/",
     }
+
+
+@pytest.mark.parametrize("path", ["/api/v1/commands?state=failed", "/api/docs", "/api/schema"])
+def test_a_read_without_its_trailing_slash_is_redirected_to_it(client, db, path):
+    response = client.get(path)
+    path, _, query = path.partition("?")
+    assert (response.status_code, response["Location"]) == (301, f"{path}/" + (f"?{query}" if query else ""))
 
 
 @pytest.mark.parametrize("debug", [False, True])
