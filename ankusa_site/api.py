@@ -23,7 +23,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from django.db.models.constants import LOOKUP_SEP
-from django.http import Http404, JsonResponse, UnreadablePostError
+from django.http import Http404, UnreadablePostError
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
@@ -33,8 +33,6 @@ from rest_framework.views import exception_handler
 
 from ankusa_site.middleware import late, late_detail
 from ankusa_site.permissions import Access  # noqa: F401 - the views' one import
-
-JSON_PREFIXES = ("/api/", "/hooks/")
 
 
 class TooLarge(exceptions.APIException):
@@ -81,17 +79,6 @@ def _messages(name: str, errors) -> Iterator[str]:
                 yield from _messages(f"{name}[{index}]", inner)
     else:
         yield f"{name}: {' '.join(map(str, errors if isinstance(errors, list) else [errors]))}"
-
-
-def error(code: str, detail: str, status: int, **headers: str) -> JsonResponse:
-    response = JsonResponse({"error": code, "detail": detail}, status=status)
-    for name, value in headers.items():
-        response[name.replace("_", "-")] = value
-    return response
-
-
-def wants_json(request) -> bool:
-    return request.path.startswith(JSON_PREFIXES)
 
 
 class RequestTimeout(exceptions.APIException):

@@ -44,6 +44,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ankusa_site.answers import error
 from ankusa_site.probes import probe
 
 logger = logging.getLogger("ankusa.metrics")
@@ -189,8 +190,6 @@ def _allowed(request) -> bool:
 @probe
 def metrics_view(request):
     if not _allowed(request):
-        from ankusa_site.api import error  # DRF loads settings: not at import, the stores import this
-
         return error(
             "forbidden",
             "Scrape /metrics from loopback or with 'Authorization: Bearer <ANKUSA_METRICS_TOKEN>'.",

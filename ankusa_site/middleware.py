@@ -34,8 +34,9 @@ import threading
 import time
 
 from django.conf import settings
-from django.http import JsonResponse
 from django.urls import reverse
+
+from ankusa_site.answers import error
 
 LATE = "ankusa.body_late"  # set in a request's META when its deadline passed
 # The watching thread wakes at most this often: deadlines are kept to within it.
@@ -171,13 +172,9 @@ def chunked_body(get_response):
         submit, hooks = _reads_its_own_chunks()
         if request.path_info.startswith(hooks) or (request.method == "POST" and request.path_info == submit):
             return get_response(request)
-        return JsonResponse(
-            {
-                "error": "length_required",
-                "detail": "Send the body with a Content-Length: only webhooks and command submissions "
-                "take a chunked one.",
-            },
-            status=411,
+        detail = (
+            "Send the body with a Content-Length: only webhooks and command submissions take a chunked one."
         )
+        return error("length_required", detail, 411)
 
     return middleware

@@ -2,17 +2,17 @@
 ``/metrics``): GET and HEAD only, and every other answer JSON.
 
 Django's ``require_GET`` refused a load balancer's ``HEAD`` probe with an HTML 405, and a POST met
-the CSRF check first: an HTML 403. This module imports nothing of DRF (the stores import
-``ankusa_site.metrics`` before DRF may load its settings).
+the CSRF check first: an HTML 403.
 """
 
 from __future__ import annotations
 
 import functools
 
-from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
+
+from ankusa_site.answers import error
 
 METHODS = ("GET", "HEAD")
 
@@ -25,15 +25,8 @@ def probe(view):
     @functools.wraps(view)
     def answered(request, *args, **kwargs):
         if request.method not in METHODS:
-            response = JsonResponse(
-                {
-                    "error": "method_not_allowed",
-                    "detail": f"{request.method} is not allowed here; use GET or HEAD.",
-                },
-                status=405,
-            )
-            response["Allow"] = ", ".join(METHODS)
-            return response
+            detail = f"{request.method} is not allowed here; use GET or HEAD."
+            return error("method_not_allowed", detail, 405, Allow=", ".join(METHODS))
         return view(request, *args, **kwargs)
 
     return answered

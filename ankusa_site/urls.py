@@ -1,3 +1,5 @@
+import re
+
 from django.conf import settings
 from django.contrib import admin
 from django.http import HttpResponsePermanentRedirect
@@ -7,7 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from ankusa_site import health, schema  # noqa: F401 - schema registers the token scheme
-from ankusa_site.api import error, wants_json
+from ankusa_site.answers import JSON_PREFIXES, error, wants_json
 from ankusa_site.metrics import metrics_view
 from ankusa_site.renderers import JSONRenderer
 from commands.hooks import receive
@@ -88,24 +90,23 @@ def no_endpoint(request, *args, **kwargs):
     Django does; any other method gets the 404 naming the right path: a 301 is followed with a GET,
     so a command POSTed there was dropped while the client saw 200 and a list (and in debug mode
     Django's refusal to redirect a POST was a 500)."""
-    slashed = None
+    found = None
     if not request.path_info.endswith("/"):
         try:
             found = resolve(request.path_info + "/")
         except Resolver404:
-            found = None
-        if found is not None and found.func is not no_endpoint:
-            slashed = request.path + "/"
-    if slashed is None:
+            pass
+    if found is None or found.func is no_endpoint:
         return error("not_found", f"No endpoint at {request.path}.", 404)
     if request.method in ("GET", "HEAD"):
-        query = request.META.get("QUERY_STRING", "")
-        return HttpResponsePermanentRedirect(slashed + (f"?{query}" if query else ""))
-    return error("not_found", f"No endpoint at {request.path}. Its paths end with a slash: {slashed}", 404)
+        return HttpResponsePermanentRedirect(request.get_full_path(force_append_slash=True))
+    detail = f"No endpoint at {request.path}. Its paths end with a slash: {request.path}/"
+    return error("not_found", detail, 404)
 
 
-# Last: only what no pattern above took.
-urlpatterns.append(re_path(r"^(?:api|hooks)/", no_endpoint))
+# Last: only what no pattern above took, under the paths whose every answer is JSON.
+_JSON_PATHS = "|".join(re.escape(prefix.strip("/")) for prefix in JSON_PREFIXES)
+urlpatterns.append(re_path(rf"^(?:{_JSON_PATHS})/", no_endpoint))
 
 
 def handler400(request, exception=None):
