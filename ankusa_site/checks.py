@@ -11,6 +11,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
+from commands.adapters.http import longest_send_s
+
 
 @register()
 def check_ankusa_settings(app_configs, **kwargs):
@@ -24,7 +26,7 @@ def check_ankusa_settings(app_configs, **kwargs):
                 id="ankusa.E001",
             )
         )
-    longest_send = settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S + settings.ANKUSA_HTTP_READ_TIMEOUT_S
+    longest_send = longest_send_s()
     if settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S <= longest_send:
         problems.append(
             Error(

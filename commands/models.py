@@ -43,6 +43,7 @@ from commands import adapters, event_keys, signatures
 from commands.adapters.http import (
     HEADER_NAME,
     header_value_problem,
+    longest_send_s,
     url_carries_credentials,
     url_port_problem,
 )
@@ -185,11 +186,10 @@ class Connector(models.Model):
             errors["url"] = f"{problem[0].upper()}{problem[1:]}."
         # Like system check E002 for the site defaults: a send must end before the recovery takes
         # it for abandoned, or its command is recorded as "unknown" while it is still going.
-        connect = self.connect_timeout_s or settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S
-        read = self.read_timeout_s or settings.ANKUSA_HTTP_READ_TIMEOUT_S
-        if connect + read >= settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S:
+        longest = longest_send_s(self)
+        if longest >= settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S:
             errors[NON_FIELD_ERRORS] = (
-                f"Connect + read timeout ({connect + read:g} s) must stay under the queue's visibility "
+                f"Connect + read timeout ({longest:g} s) must stay under the queue's visibility "
                 f"timeout ({settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S} s)."
             )
         if errors:

@@ -20,6 +20,7 @@ from django.core.cache import caches
 from django.db import transaction
 
 from commands import dispatch, retention
+from commands.adapters.http import longest_send_s
 
 
 def consume_after_commit() -> None:
@@ -47,6 +48,10 @@ def consume() -> dict:
     # An empty queue (a sweep's items taken by another worker already) costs a read, not a dispatcher.
     if not dispatch.items_waiting(dispatch.commands_queue()):
         return NOTHING
+    return _drain()
+
+
+def _drain() -> dict:
     # One interval at most, so a long backlog is shared between workers and beat's next round.
     with dispatch.Dispatcher() as dispatcher:
         summary = dispatcher.drain(max_seconds=settings.ANKUSA_DISPATCH_INTERVAL_S)
@@ -62,11 +67,8 @@ def poll() -> dict:
     if not dispatch.items_waiting(dispatch.commands_queue()):
         return NOTHING
     lock, token = caches["redis"], secrets.token_hex(8)
-    longest = (
-        settings.ANKUSA_DISPATCH_INTERVAL_S
-        + settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S
-        + settings.ANKUSA_HTTP_READ_TIMEOUT_S
-    )
+    # A drain claims for an interval at most, then finishes the sends it started.
+    longest = settings.ANKUSA_DISPATCH_INTERVAL_S + longest_send_s()
     try:
         held = lock.add(POLL_LOCK, token, timeout=longest + 10)
     except Exception:  # Redis out of reach: draining unlocked costs overlap, never a second send
@@ -75,7 +77,7 @@ def poll() -> dict:
     if not held:
         return {**NOTHING, "busy": True}
     try:
-        return consume()
+        return _drain()
     finally:
         if lock is not None and lock.get(POLL_LOCK) == token:
             lock.delete(POLL_LOCK)

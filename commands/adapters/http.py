@@ -96,6 +96,20 @@ def url_port_problem(url: str) -> str | None:
     return "the URL's port is not a port (1 to 65535)" if port == 0 else None
 
 
+def send_timeouts(connector=None) -> tuple[float, float]:
+    """(connect, read) timeouts of one send: ``connector``'s own, or the site's defaults."""
+    return (
+        getattr(connector, "connect_timeout_s", None) or settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S,
+        getattr(connector, "read_timeout_s", None) or settings.ANKUSA_HTTP_READ_TIMEOUT_S,
+    )
+
+
+def longest_send_s(connector=None) -> float:
+    """The longest one send may take (connect + read timeout): what the queue's visibility timeout
+    must outlast, and what a stopping dispatcher is given to finish."""
+    return sum(send_timeouts(connector))
+
+
 _pool: urllib3.PoolManager | None = None
 _pool_lock = threading.Lock()
 
@@ -199,10 +213,8 @@ class HttpAdapter:
         headers["Idempotency-Key"] = str(command.pk)
         if connector.secret_header:
             headers[connector.secret_header] = connector.secret
-        timeout = urllib3.Timeout(
-            connect=connector.connect_timeout_s or settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S,
-            read=connector.read_timeout_s or settings.ANKUSA_HTTP_READ_TIMEOUT_S,
-        )
+        connect, read = send_timeouts(connector)
+        timeout = urllib3.Timeout(connect=connect, read=read)
         body = json.dumps(command.payload, separators=(",", ":")).encode()
         try:
             response = _post(

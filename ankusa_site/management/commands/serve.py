@@ -19,6 +19,8 @@ from django.conf import settings
 from django.core.management import get_commands
 from django.core.management.base import BaseCommand
 
+from commands.adapters.http import longest_send_s
+
 # After SIGTERM, a child gets as long as a send may take by the site's timeouts, and this margin to
 # record it, before it is killed. Killed mid-send, the loop leaves the command ``dispatching``: safe
 # (the recovery makes it ``outlook-unknown``, never a second send) but a person must look at it.
@@ -28,7 +30,7 @@ STOP_MARGIN_S = 10
 def stop_grace_s() -> float:
     """How long ``serve`` waits for its children after SIGTERM: the longest send by the site's
     timeouts (a connector may set longer ones), plus the margin."""
-    return settings.ANKUSA_HTTP_CONNECT_TIMEOUT_S + settings.ANKUSA_HTTP_READ_TIMEOUT_S + STOP_MARGIN_S
+    return longest_send_s() + STOP_MARGIN_S
 
 
 class Command(BaseCommand):
