@@ -1,5 +1,5 @@
-"""How long any request may take to send its body (``ANKUSA_BODY_TIMEOUT_S``), under gunicorn; and
-a chunked body read for Django, which reads none.
+"""Request bodies: how long one may take to arrive (``ANKUSA_BODY_TIMEOUT_S``, under gunicorn),
+which views take a chunked one, and which a reader refuses by its headers (``body_encoding_problem``).
 
 gunicorn's threaded worker reads a request's body with no time limit: a client that sends its
 headers and then trickles the body (a byte every few seconds) or never sends it holds one of the
@@ -145,18 +145,6 @@ def body_encoding_problem(meta: dict) -> str | None:
         if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in READABLE_CHARSETS:
             return "Send the body as UTF-8 (charset=utf-8, or none)."
     return None
-
-
-def read_chunked(stream, limit: int) -> bytes:
-    """What the server decoded of a chunked body, at most ``limit`` + 1 bytes of it."""
-    chunks, size = [], 0
-    while size <= limit:
-        chunk = stream.read(min(64 * 1024, limit + 1 - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 @functools.cache

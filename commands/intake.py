@@ -60,7 +60,7 @@ from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
-from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail, read_chunked
+from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail
 from ankusa_site.prepared import execute_prepared
 from commands import dispatch
 from commands.models import Command, Delivery, Source
@@ -608,7 +608,7 @@ def _read(request, limit: int) -> bytes | Refusal:
         return Refusal(415, "unsupported_media_type", problem)
     if is_chunked(request.META):
         try:
-            return read_chunked(request.META["wsgi.input"], limit)
+            return _read_chunked(request.META["wsgi.input"], limit)
         except Exception:  # each WSGI server has its own errors for a malformed or cut-off chunk
             return Refusal(400, "bad_request", "The chunked body is malformed or was cut off.")
     declared = (request.META.get("CONTENT_LENGTH") or "0").strip()
@@ -625,6 +625,18 @@ def _read(request, limit: int) -> bytes | Refusal:
             400, "bad_request", f"The body was cut off: Content-Length is {declared}, {len(body)} bytes came."
         )
     return body
+
+
+def _read_chunked(stream, limit: int) -> bytes:
+    """What the server decoded of a chunked body, at most ``limit`` + 1 bytes of it."""
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = stream.read(min(64 * 1024, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 # Strings that PostgreSQL's jsonb (and text) cannot hold: NUL and lone surrogates ("\ud800").
