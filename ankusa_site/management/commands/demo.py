@@ -28,10 +28,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.core.validators import URLValidator
 from django.db import transaction
 
-from commands.adapters.http import url_port_problem
 from commands.models import Command as CommandModel
 from commands.models import Connector, Source
 from limits import tokens
@@ -71,12 +69,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, receiver_url=RECEIVER_URL, site_url=SITE_URL, **options):
         for flag, url in (("--receiver-url", receiver_url), ("--site-url", site_url)):
+            # By a connector's own rules: the receiver's is one, and curl takes the site's as one.
+            unsaved = Connector(kind="http", url=url)
             try:
-                URLValidator(schemes=["http", "https"])(url)
-            except ValidationError:
-                raise CommandError(f"{flag} must be an http:// or https:// URL.") from None
-            if problem := url_port_problem(url):
-                raise CommandError(f"{flag}: {problem}.")
+                unsaved.clean_fields(exclude=[f.name for f in Connector._meta.fields if f.name != "url"])
+                unsaved.clean()
+            except ValidationError as exc:
+                raise CommandError(f"{flag}: {' '.join(exc.messages)}") from None
         with transaction.atomic():
             tenant = self.demo_tenant()
             connectors = self.demo_connectors(tenant, receiver_url)
