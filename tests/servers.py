@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 BODY = b'{"order": "A-1", "action": "ship"}'
+# Chunked bodies no server can read: a size that is not hex, a chunk cut short.
+MALFORMED_CHUNKS = {"bad-size": b"ZZ\r\n{}\r\n0\r\n\r\n", "cut-off": b"5\r\n{}\r\n"}
 
 
 def wait_for(condition, timeout: float = 30.0, what: str = "condition"):

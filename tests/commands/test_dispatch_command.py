@@ -151,18 +151,17 @@ def test_celery_beat_polls_every_poll_period_and_drops_a_poll_left_unstarted_ten
     assert entry["options"]["expires"] == max(10 * settings.ANKUSA_DISPATCH_POLL_S, 10.0)
 
 
-def test_a_poll_while_another_poll_drains_starts_no_dispatcher(redis_client, make_connector, make_command):
+def test_a_poll_while_another_poll_drains_starts_no_dispatcher(
+    redis_client, make_connector, make_command, monkeypatch
+):
     from commands import tasks
 
     dispatch.commands_queue().enqueue(dispatch.item_payload(make_command(make_connector(kind="log")).pk, 1))
     caches["redis"].add(tasks.POLL_LOCK, "another worker's", timeout=30)
     started = []
     real = dispatch.Dispatcher
-    try:
-        dispatch.Dispatcher = lambda *a, **kw: started.append(1) or real(*a, **kw)
-        assert tasks.poll() == {"claimed": 0, "results": {}, "busy": True}
-    finally:
-        dispatch.Dispatcher = real
+    monkeypatch.setattr(dispatch, "Dispatcher", lambda *a, **kw: started.append(1) or real(*a, **kw))
+    assert tasks.poll() == {"claimed": 0, "results": {}, "busy": True}
     assert started == []
     assert caches["redis"].get(tasks.POLL_LOCK) == "another worker's"  # not its to release
 

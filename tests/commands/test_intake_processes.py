@@ -22,7 +22,7 @@ from limits.models import Tenant
 from queues.models import QueueItem
 from tests.commands.conftest import github_headers
 from tests.limits.conftest import silent_socket, start_private_redis  # noqa: F401 - fixtures
-from tests.servers import Trickle, read_to_close, wait_for
+from tests.servers import MALFORMED_CHUNKS, Trickle, read_to_close, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -218,11 +218,7 @@ def test_a_chunked_body_is_read_only_up_to_the_tenants_limit(hook_source, start_
     assert Delivery.objects.get().body == small.decode()
 
 
-@pytest.mark.parametrize(
-    "chunks",
-    [b"ZZ\r\n{}\r\n0\r\n\r\n", b"5\r\n{}\r\n"],  # a size that is not hex; a chunk cut short
-    ids=["bad-size", "cut-off"],
-)
+@pytest.mark.parametrize("chunks", MALFORMED_CHUNKS.values(), ids=MALFORMED_CHUNKS)
 def test_a_malformed_chunked_body_is_a_400_json_and_stores_nothing(hook_source, start_node, chunks):
     node = start_node(workers=1, threads=2)
     status, data = send_and_close(node, "Transfer-Encoding: chunked", chunks)

@@ -12,7 +12,7 @@ import pytest
 
 from commands.models import AuditEntry, Command, Connector
 from commands.states import State
-from tests.servers import read_to_close
+from tests.servers import MALFORMED_CHUNKS, read_to_close
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,11 +59,7 @@ def test_a_command_submitted_chunked_is_read_and_accepted(world, start_node):
     assert Command.objects.count() == before + 1
 
 
-@pytest.mark.parametrize(
-    "chunks",
-    [b"ZZ\r\n{}\r\n0\r\n\r\n", b"5\r\n{}\r\n"],  # a size that is not hex; a chunk cut short
-    ids=["bad-size", "cut-off"],
-)
+@pytest.mark.parametrize("chunks", MALFORMED_CHUNKS.values(), ids=MALFORMED_CHUNKS)
 def test_a_malformed_chunked_submission_is_a_400_json_and_stores_nothing(world, start_node, chunks):
     node = start_node(workers=1, threads=2)
     before = Command.objects.count()
