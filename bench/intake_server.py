@@ -1,7 +1,8 @@
 """The WSGI app that ``bench/intake.py`` serves with gunicorn: the whole site, plus a bare Django view.
 
 The bare view (``POST /bench/bare/``) is the benchmark's baseline: the same server, workers,
-middleware stack and body read as a webhook, and nothing else. It is mounted here only — this
+handler (``ankusa_site.handlers``: the whole middleware stack, which a webhook takes in part) and
+body read as a webhook, and nothing else. It is mounted here only — this
 module is its own URLconf, set before the first request — never in the product's URLs.
 """
 
@@ -9,11 +10,9 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ankusa_site.settings")
 
+from ankusa_site.wsgi import application  # noqa: E402, F401, I001 - first: it sets Django up
+
 from django.conf import settings  # noqa: E402
-from django.core.wsgi import get_wsgi_application  # noqa: E402
-
-application = get_wsgi_application()
-
 from django.http import JsonResponse  # noqa: E402
 from django.urls import path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402

@@ -8,10 +8,31 @@ import sys
 import pytest
 import redis
 from django.conf import settings
+from django.test import Client
+from django.test.client import ClientHandler
 
+from ankusa_site.handlers import HookShortcut
 from tests.api_world import call, world  # noqa: F401 - the REST API tests' fixtures
 from tests.servers import Node
 from tests.services import database_url, require_service, tcp_reachable
+
+
+class SiteClient(Client):
+    """Django's test client through the site's handler (``ankusa_site.handlers``), as gunicorn
+    serves it: a webhook takes the shortcut to its view."""
+
+    def __init__(self, enforce_csrf_checks=False, **defaults):
+        super().__init__(enforce_csrf_checks, **defaults)
+        self.handler = SiteClientHandler(enforce_csrf_checks)
+
+
+class SiteClientHandler(HookShortcut, ClientHandler):
+    pass
+
+
+@pytest.fixture
+def client():
+    return SiteClient()
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import os
 import pytest
 import schemathesis
 from django.core import signals
-from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -18,6 +17,8 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+
+from ankusa_site.wsgi import get_site_application
 
 # Enough to reach every operation's success and error paths, small enough to finish in about 15 s
 # on two shared cores: about 40 operations x 10 examples, positive and negative.
@@ -28,7 +29,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 # The schema as the site serves it (no database needed to serve it, so it loads at collection);
 # requests go to the site in-process through WSGI. (schemathesis.pytest.from_fixture would load it
 # lazily, but does not run under pytest 9.)
-schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())
+schema = schemathesis.openapi.from_wsgi("/api/schema/", get_site_application())
 # The examples and fuzzing phases only. The coverage phase (every boundary and negative value of
 # every parameter) passes too, but takes about 50 s on two cores: run it by hand with
 # ANKUSA_SCHEMATHESIS_COVERAGE=1 after changing the API.
