@@ -700,8 +700,10 @@ def _finite_float(literal: str) -> float:
 # What lets parse_json skip the walk of unstorable() on a text, with searches in C: a NUL or a
 # lone surrogate can only come from an escape (the decoder refuses them raw), so a text without
 # one of these escapes holds none; and the walk's depth limit can only be passed by a text whose
-# brackets, outside strings, nest that deep. Either found: the walk decides (a pair of surrogates
-# or an escaped backslash before "u0000" is a false alarm it clears).
+# brackets, outside strings, nest that deep — which needs at least that many opening brackets
+# anywhere (counted first: two scans in C, where the nesting takes two substitutions and a walk).
+# Either found: the walk decides (a pair of surrogates or an escaped backslash before "u0000" is a
+# false alarm it clears).
 _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
@@ -711,6 +713,8 @@ _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 def _may_be_unstorable(text: str) -> bool:
     if _SUSPECT_ESCAPE.search(text):
         return True
+    if text.count("[") + text.count("{") < MAX_JSON_DEPTH:
+        return False
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     return max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) >= MAX_JSON_DEPTH
 

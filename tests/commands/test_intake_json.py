@@ -25,6 +25,7 @@ def nested(depth: int) -> bytes:
         b'{"a": "' + b"[" * 200 + b'"}',  # brackets inside a string nest nothing
         nested(MAX_JSON_DEPTH - 1),
         b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH,
+        b"[" + b",".join([b"[]"] * (2 * MAX_JSON_DEPTH)) + b"]",  # many brackets, nested two deep
         b'{"n": 1.5e300, "m": -2.5}',
         b'{"n": 1e-16383}',  # PostgreSQL's numeric keeps 16,383 digits after the point
         b'{"n": 0.' + b"1" * 16_383 + b"}",
