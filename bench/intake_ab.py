@@ -15,7 +15,9 @@ server's CPU per request (read from ``/proc`` around each round, the whole machi
 
 By default it compares the deployed settings (``ankusa_site.gunicorn_conf``, whose workers freeze
 what they loaded out of the garbage collector's sight) with the same settings without the freeze
-(``bench/gunicorn_unfrozen.py``).
+(``bench/gunicorn_unfrozen.py``). ``--baseline bench.gunicorn_django_handler`` compares the site's handler
+(webhooks take a shortcut past the URL resolver and most middleware, ``ankusa_site.handlers``)
+with Django's own.
 
 The last line is JSON, per set-up (``_sqlite`` for SQLite): ``cpu_ms_webhook`` and ``cpu_ms_bare``
 (median machine CPU per request, for ``baseline`` and ``candidate``), ``webhook_cpu_candidate_vs_baseline``
