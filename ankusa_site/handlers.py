@@ -14,10 +14,15 @@ the fleet store): 601 µs a webhook through Django's handler, 507 µs through th
 view 101 µs. README, Intake, Benchmark, has what it did to ``bench/intake.py``.
 
 What it costs: the hook's way has to be kept true to the whole stack. A middleware added to
-``settings.MIDDLEWARE`` takes webhooks too unless it is named in ``SKIPPED_FOR_HOOKS``; one with
-``process_view``, ``process_exception`` or ``process_template_response`` (which this way does not
-call) must be skipped, or the site does not start. ``tests/commands/test_hook_shortcut.py`` holds the way
-to the whole stack: the same answers, the same headers.
+``settings.MIDDLEWARE`` takes webhooks too unless it is named in ``SKIPPED_FOR_HOOKS``. One this
+way cannot run — with ``process_view``, ``process_exception`` or ``process_template_response``
+(which it does not call), or one that cannot run synchronously — must be skipped, or the site does
+not start. A middleware on the way sees no ``request.resolver_match`` (nothing was resolved), and
+may not route by setting ``request.urlconf``: a webhook it did that to is refused with a 500 and a
+log line naming the cause, rather than served by a route its urlconf may not have.
+``tests/commands/test_hook_shortcut.py`` holds the way to the whole stack: the same answers, the
+same headers — but for the session and CSRF cookies and ``Vary: Cookie``, which the skipped
+middleware adds to an answer whose request sent cookies, and a webhook's answer does not need.
 
 ``ankusa_site.wsgi`` serves with :class:`SiteWSGIHandler`; the tests' ``client`` fixture uses the
 same shortcut (``tests.conftest.SiteClient``).
@@ -62,6 +67,11 @@ def _chain(paths: list[str], view):
     handler = convert_exception_to_response(view)
     for path in reversed(paths):
         middleware = import_string(path)
+        if not getattr(middleware, "sync_capable", True):
+            raise ImproperlyConfigured(
+                f"{path} cannot run synchronously, as webhooks' way through the site does: "
+                f"name it in ankusa_site.handlers.SKIPPED_FOR_HOOKS."
+            )
         try:
             instance = middleware(handler)
         except MiddlewareNotUsed:
@@ -79,6 +89,11 @@ def _chain(paths: list[str], view):
 def _hook(request):
     from commands.hooks import receive
 
+    if getattr(request, "urlconf", None) is not None:
+        raise ImproperlyConfigured(
+            "A middleware on webhooks' way set request.urlconf, which their shortcut does not follow: "
+            "name it in ankusa_site.handlers.SKIPPED_FOR_HOOKS, or route webhooks another way."
+        )
     tenant, source = HOOK_PATH.fullmatch(request.path_info).groups()
     return receive(request, tenant, source)
 
@@ -90,8 +105,9 @@ class HookShortcut:
     _hook_chain = None
 
     def load_middleware(self, is_async=False):
-        super().load_middleware(is_async)
+        # First: a refusal leaves the handler unloaded, and the test client tries again next time.
         self._hook_chain = _chain(hook_middleware(), _hook)
+        super().load_middleware(is_async)
 
     def get_response(self, request):
         if HOOK_PATH.fullmatch(request.path_info) is None:

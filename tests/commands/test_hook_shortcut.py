@@ -1,5 +1,6 @@
 """The site's handler (``ankusa_site.handlers``): a webhook's shortcut past the URL resolver and the
-middleware that does nothing for it answers exactly as the whole stack does."""
+middleware that does nothing for it answers as the whole stack does, but for the session and CSRF
+cookies (and ``Vary: Cookie``) those middleware add to an answer whose request sent cookies."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.urls import Resolver404, resolve
+from django.utils.decorators import async_only_middleware
 from django.utils.deprecation import MiddlewareMixin
 
 from ankusa_site.handlers import HOOK_PATH, SKIPPED_FOR_HOOKS, SiteWSGIHandler, hook_middleware
@@ -126,15 +128,69 @@ def test_an_exception_in_the_view_is_the_sites_json_500_and_logged(hook_source, 
     assert any(record.name == "django.request" and record.exc_info for record in caplog.records)
 
 
+def test_a_webhook_sending_cookies_gets_none_back_and_otherwise_the_same_answer(hook_source):
+    body = b'{"order": "A-1"}'
+    cookies = {"HTTP_COOKIE": "sessionid=x; csrftoken=bad!"}
+    whole = send(Client(), {"delivery": "c-whole", "extra": cookies}, "", body)
+    short = send(SiteClient(), {"delivery": "c-short", "extra": cookies}, "", body)
+    assert whole.cookies and whole.has_header("Vary")  # what the session and CSRF middleware add
+    assert not short.cookies and not short.has_header("Vary")
+    status, data, headers = shape(whole)
+    headers.pop("Vary")
+    assert shape(short) == (status, data, headers)
+
+
 class Viewing(MiddlewareMixin):
     def process_view(self, request, view, args, kwargs):
         return None
+
+
+@async_only_middleware
+def asynchronous(get_response):
+    async def middleware(request):
+        return await get_response(request)
+
+    return middleware
 
 
 def test_a_middleware_the_shortcut_would_not_call_stops_the_site_from_starting(settings):
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.Viewing"]
     with pytest.raises(ImproperlyConfigured, match="process_view"):
         SiteWSGIHandler()
+
+
+def test_a_middleware_that_cannot_run_synchronously_stops_the_site_from_starting(settings):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.asynchronous"]
+    with pytest.raises(ImproperlyConfigured, match="cannot run synchronously"):
+        SiteWSGIHandler()
+
+
+def test_a_client_whose_handler_was_refused_tries_again_once_the_middleware_is_fixed(hook_source, settings):
+    client = SiteClient()
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.Viewing"]
+    with pytest.raises(ImproperlyConfigured):
+        send(client, {"delivery": "retry-1"}, "", b"{}")
+    settings.MIDDLEWARE = settings.MIDDLEWARE[:-1]
+    assert send(client, {"delivery": "retry-2"}, "", b"{}").status_code == 202
+
+
+def routing_elsewhere(get_response):
+    def middleware(request):
+        request.urlconf = "tests.commands.test_hook_shortcut"  # a urlconf with no webhooks
+        return get_response(request)
+
+    return middleware
+
+
+urlpatterns = []
+
+
+def test_a_webhook_whose_urlconf_a_middleware_changed_is_refused_not_served(hook_source, settings, caplog):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.routing_elsewhere"]
+    response = send(SiteClient(raise_request_exception=False), {"delivery": "elsewhere"}, "", b"{}")
+    assert response.status_code == 500
+    assert Delivery.objects.count() == 0
+    assert any("request.urlconf" in str(record.exc_info[1]) for record in caplog.records if record.exc_info)
 
 
 def test_a_middleware_named_as_skipped_may_have_what_the_shortcut_does_not_call(settings, monkeypatch):
