@@ -26,6 +26,13 @@ its threads and the kernel's work for it, not PostgreSQL's or Redis'), in 5 alte
 ``intake_vs_bare_view_inprocess_cpu`` (bare ÷ webhook) — what a request costs one worker with no
 gunicorn, no other threads and no waiting for the GIL, so the rest of a webhook's cost under the
 benchmark is the servers', the wake-ups' and the contention's.
+
+On PostgreSQL with the fleet store a third kind joins those blocks: the same webhooks with their
+three round trips answered by what the real ones answered during the warm-up (the store's claim
+and settle at ``limits.store.redis._Pool.run``, the statement at ``intake.execute_prepared``) —
+``cpu_us_webhook_without_round_trips``: what a webhook costs the worker beyond its waits on Redis
+and PostgreSQL (the sockets, the drivers, the wake-ups), which the issue's order of claim, commit
+and settle fixes at three.
 """
 
 from __future__ import annotations
@@ -136,10 +143,16 @@ def child(requests: int) -> None:
 
     for make in (bare, webhook):  # warm-up: imports, caches, prepared statements, the kept route
         serve([make() for _ in range(50)])
+    replay = recorded_round_trips(lambda: serve([webhook() for _ in range(5)]))
     timed = {"bare": [], "webhook": []}
+    if replay is not None:
+        timed["without_round_trips"] = []
     for _ in range(CPU_BLOCKS):  # alternating, so both kinds share the machine's moods
         timed["bare"].append(cpu_us(bare))
         timed["webhook"].append(cpu_us(webhook))
+        if replay is not None:
+            with replay():
+                timed["without_round_trips"].append(cpu_us(webhook))
     answers.clear()
     bare_total, _ = counted(bare)
     webhook_total, parts = counted(webhook)
@@ -150,11 +163,66 @@ def child(requests: int) -> None:
                 "opcodes_webhook": round(webhook_total / requests),
                 "cpu_us_bare": round(statistics.median(timed["bare"])),
                 "cpu_us_webhook": round(statistics.median(timed["webhook"])),
+                **(
+                    {
+                        "cpu_us_webhook_without_round_trips": round(
+                            statistics.median(timed["without_round_trips"])
+                        )
+                    }
+                    if replay is not None
+                    else {}
+                ),
                 "answers": dict(answers),
                 "webhook_parts": {part: round(n / requests) for part, n in parts.most_common()},
             }
         )
     )
+
+
+def recorded_round_trips(send):
+    """On PostgreSQL with the fleet store: a context manager under which the store's calls and the
+    intake's statement answer what they answered while ``send`` ran, without reaching Redis or
+    PostgreSQL (their Python around the socket stays). None on any other set-up."""
+    import contextlib
+
+    from django.db import connection
+
+    from commands import intake
+    from limits.store import redis as redis_store
+
+    if connection.vendor != "postgresql":
+        return None
+    answers, run, execute = {}, redis_store._Pool.run, intake.execute_prepared
+
+    def script(commands):  # EVALSHA's SHA: which of the store's scripts a call runs
+        return commands[0].split(b"\r\n")[4]
+
+    def recording_run(pool, commands, at):
+        answers[script(commands)] = reply = run(pool, commands, at)
+        return reply
+
+    def recording_execute(db, sql, params):
+        answers["statement"] = rows = execute(db, sql, params)
+        return rows
+
+    redis_store._Pool.run, intake.execute_prepared = recording_run, recording_execute
+    try:
+        send()
+    finally:
+        redis_store._Pool.run, intake.execute_prepared = run, execute
+    if len(answers) != 3:  # the claim, the settle, the statement: or not this set-up
+        return None
+
+    @contextlib.contextmanager
+    def replaying():
+        redis_store._Pool.run = lambda pool, commands, at: answers[script(commands)]
+        intake.execute_prepared = lambda db, sql, params: answers["statement"]
+        try:
+            yield
+        finally:
+            redis_store._Pool.run, intake.execute_prepared = run, execute
+
+    return replaying
 
 
 def _part(frame) -> str:
@@ -198,6 +266,11 @@ def main() -> None:
             f"  this process's CPU a request, untraced: bare view {r['cpu_us_bare']:,} µs,"
             f" webhook {r['cpu_us_webhook']:,} µs"
         )
+        if "cpu_us_webhook_without_round_trips" in r:
+            print(
+                f"  a webhook with its three round trips answered from a recording: "
+                f"{r['cpu_us_webhook_without_round_trips']:,} µs"
+            )
         print(f"  answers {r['answers']}; where a webhook's go:")
         for part, n in r["webhook_parts"].items():
             print(f"  {n:8,}  {part}")
@@ -209,6 +282,11 @@ def main() -> None:
             f"cpu_us_bare{suffix}": r["cpu_us_bare"],
             f"cpu_us_webhook{suffix}": r["cpu_us_webhook"],
             f"intake_vs_bare_view_inprocess_cpu{suffix}": round(r["cpu_us_bare"] / r["cpu_us_webhook"], 3),
+            **(
+                {f"cpu_us_webhook_without_round_trips{suffix}": r["cpu_us_webhook_without_round_trips"]}
+                if "cpu_us_webhook_without_round_trips" in r
+                else {}
+            ),
             f"answers{suffix}": r["answers"],
         }
     print(json.dumps(figures))
