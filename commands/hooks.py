@@ -13,7 +13,9 @@
 
 Every refusal is JSON ``{"error", "detail"}``; one log line per request (``ankusa.intake``,
 ``hook_accepted`` / ``hook_duplicate`` / ``hook_refused``) without body, signature or secret.
-A plain Django view rather than DRF: this is the hot path, and it needs none of DRF's parsing.
+A plain Django view rather than DRF: this is the hot path, and it needs none of DRF's parsing. The
+site's handler (``ankusa_site.handlers``) brings a webhook here past the URL resolver and the
+middleware it needs none of (sessions, CSRF, auth, messages), so this view may rely on none of them.
 
 Each process keeps what it read about a source — its verifier, connectors, tenant and the tenant's
 effective limits — for ``ANKUSA_INTAKE_CACHE_S`` (1 s): under load that takes three of the
