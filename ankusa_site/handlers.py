@@ -9,9 +9,9 @@ webhook does not need it. Everything else stays Django's: the request object, th
 open and close database connections, the ``django.request`` log line of a 4xx or 5xx, and an
 exception turned into the site's 500 by each middleware layer.
 
-Measured in one process (the CPU of 300 webhooks, median of 12 alternating blocks, PostgreSQL with
-the fleet store): 601 µs a webhook through Django's handler, 507 µs through this one; the bare
-view 101 µs. README, Intake, Benchmark, has what it did to ``bench/intake.py``.
+Measured against Django's own handler in alternating rounds of one run (``bench/intake_ab.py
+--baseline bench.gunicorn_django_handler``, PostgreSQL with the fleet store): 0.87 of the machine's
+CPU per webhook (1.47 → 1.28 ms), the bare view's unchanged. README, Intake, Benchmark, has the rest.
 
 What it costs: the hook's way has to be kept true to the whole stack. A middleware added to
 ``settings.MIDDLEWARE`` takes webhooks too unless it is named in ``SKIPPED_FOR_HOOKS``. One this
