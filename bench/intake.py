@@ -436,18 +436,17 @@ def run_postgres(url: str, args, measure=measure) -> dict:
         ANKUSA_STORE_SCOPE="fleet",
         REDIS_URL=redis_url,
     )
-    result = None
     try:
-        result = measure("postgres", env, args)
+        return measure("postgres", env, args)
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        if result is not None:
-            client = redis.Redis.from_url(redis_url)
-            keys = list(client.scan_iter(match=f"ankusa:{{{result['tenant']}}}:*", count=1000))
-            for start in range(0, len(keys), 1000):
-                client.delete(*keys[start : start + 1000])
-    return result
+        # Every tenant this process made (prepare), whether or not its run finished: a run that
+        # failed half-way left its claims behind.
+        client = redis.Redis.from_url(redis_url)
+        keys = list(client.scan_iter(match=f"ankusa:{{bench-{os.getpid()}-*", count=1000))
+        for start in range(0, len(keys), 1000):
+            client.delete(*keys[start : start + 1000])
 
 
 def run_sqlite(args, measure=measure) -> dict:
