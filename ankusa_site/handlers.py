@@ -36,8 +36,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, MiddlewareNotUsed
 from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
-from django.urls import set_urlconf
-from django.utils.log import log_response
 from django.utils.module_loading import import_string
 
 # The paths of ``commands.hooks.receive`` in ``ankusa_site.urls`` (``<str:…>`` is ``[^/]+``).
@@ -100,25 +98,19 @@ def _hook(request):
 
 class HookShortcut:
     """Mixed into a Django handler: webhooks skip the URL resolver and the middleware in
-    ``SKIPPED_FOR_HOOKS``; every other request goes Django's way."""
-
-    _hook_chain = None
+    ``SKIPPED_FOR_HOOKS``; every other request goes Django's way. Django's ``get_response`` runs
+    around either (the urlconf, closing the request, the 4xx/5xx log line)."""
 
     def load_middleware(self, is_async=False):
         # First: a refusal leaves the handler unloaded, and the test client tries again next time.
-        self._hook_chain = _chain(hook_middleware(), _hook)
+        hook = _chain(hook_middleware(), _hook)
         super().load_middleware(is_async)
+        whole = self._middleware_chain
 
-    def get_response(self, request):
-        if HOOK_PATH.fullmatch(request.path_info) is None:
-            return super().get_response(request)
-        # What BaseHandler.get_response does around its chain.
-        set_urlconf(settings.ROOT_URLCONF)
-        response = self._hook_chain(request)
-        response._resource_closers.append(request.close)
-        if response.status_code >= 400:
-            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
-        return response
+        def either(request):
+            return hook(request) if HOOK_PATH.fullmatch(request.path_info) else whole(request)
+
+        self._middleware_chain = either
 
 
 class SiteWSGIHandler(HookShortcut, WSGIHandler):
