@@ -11,8 +11,8 @@ changes in ``commands.dispatch`` keep a command from being sent twice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import secrets
 
 from celery import shared_task
 from django.conf import settings
@@ -66,11 +66,12 @@ def poll() -> dict:
     connections each, the per-connector cap as many times over at one receiver)."""
     if not dispatch.items_waiting(dispatch.commands_queue()):
         return NOTHING
-    lock, token = caches["redis"], secrets.token_hex(8)
     # A drain claims for an interval at most, then finishes the sends it started.
     longest = settings.ANKUSA_DISPATCH_INTERVAL_S + longest_send_s()
+    # redis-py's lock, through django-redis: released only by the poll that holds it (a token).
+    lock = caches["redis"].lock(POLL_LOCK, timeout=longest + 10)
     try:
-        held = lock.add(POLL_LOCK, token, timeout=longest + 10)
+        held = lock.acquire(blocking=False)
     except Exception:  # Redis out of reach: draining unlocked costs overlap, never a second send
         logger.warning("dispatch poll: the lock could not be taken; draining without it")
         held, lock = True, None
@@ -79,8 +80,9 @@ def poll() -> dict:
     try:
         return _drain()
     finally:
-        if lock is not None and lock.get(POLL_LOCK) == token:
-            lock.delete(POLL_LOCK)
+        if lock is not None:
+            with contextlib.suppress(Exception):  # expired and taken since, or Redis gone: not ours
+                lock.release()
 
 
 @shared_task(name="commands.recover")

@@ -179,6 +179,21 @@ def test_a_poll_with_an_item_waiting_drains_it_and_releases_the_lock(
     assert caches["redis"].get(tasks.POLL_LOCK) is None
 
 
+def test_a_poll_that_cannot_reach_the_lock_drains_anyway_and_says_so(
+    settings, make_connector, make_command, caplog
+):
+    from commands import tasks
+
+    unreachable = {**settings.CACHES["redis"], "LOCATION": "redis://127.0.0.1:1/0"}
+    settings.CACHES = {**settings.CACHES, "redis": unreachable}
+    command = make_command(make_connector(kind="log"))
+    dispatch.sweep()
+    assert tasks.poll() == {"claimed": 1, "results": {"succeeded": 1}}
+    command.refresh_from_db()
+    assert command.state == State.SUCCEEDED
+    assert "the lock could not be taken" in caplog.text
+
+
 def test_a_failed_drain_between_rounds_is_logged_once_and_the_next_round_runs(settings, monkeypatch, caplog):
     from commands.management.commands import dispatch as command_module
 
