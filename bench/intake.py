@@ -390,7 +390,6 @@ def measure(name: str, env: dict, args) -> dict:
         server.stop()
     check = json.loads(manage(env, "shell", "-c", CHECK, stdin=json.dumps(accepted)).strip().splitlines()[-1])
     return {
-        "tenant": tenant,
         "bare_per_s": best_bare["per_s"],
         "intake_per_s": best_intake["per_s"],
         "ratio": best_intake["per_s"] / best_bare["per_s"],

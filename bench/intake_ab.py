@@ -74,7 +74,7 @@ def measure(name: str, env: dict, args) -> dict:
     medians = {
         role: {kind: statistics.median(ms) for kind, ms in kinds.items()} for role, kinds in cpu.items()
     }
-    return {"tenant": tenant, "medians": medians, "accepted_not_stored": check["missing"]}
+    return {"medians": medians, "accepted_not_stored": check["missing"]}
 
 
 def main() -> None:

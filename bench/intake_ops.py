@@ -38,6 +38,7 @@ and settle fixes at three.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import statistics
@@ -64,7 +65,7 @@ def count(name: str, env: dict, args) -> dict:
         env, __file__, "--child", "--requests", str(args.requests), stdin=tenant, what=f"{name}: counting"
     )
     figures = json.loads(output.strip().splitlines()[-1])
-    return {"tenant": tenant, **figures}
+    return figures
 
 
 def child(requests: int) -> None:
@@ -183,8 +184,6 @@ def recorded_round_trips(send):
     """On PostgreSQL with the fleet store: a context manager under which the store's calls and the
     intake's statement answer what they answered while ``send`` ran, without reaching Redis or
     PostgreSQL (their Python around the socket stays). None on any other set-up."""
-    import contextlib
-
     from django.db import connection
 
     from commands import intake
