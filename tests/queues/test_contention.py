@@ -45,8 +45,10 @@ def drain_with_processes(service_env, python, backend: str, name: str) -> list[i
         assert len(per_thread) == len(BATCHES)
         claimed.extend(pk for ids in per_thread for pk in ids)
         shares.append(sum(len(ids) for ids in per_thread))
-    # They really competed: with a common start over 20,000 items, every process got some.
-    assert all(share > 0 for share in shares), shares
+    # They really competed: with a common start, several processes got some. Not every one: on a
+    # busy machine, Redis' fast claims let three processes empty the queue before the fourth was
+    # first scheduled after "go" (seen in CI: [6973, 6966, 6061, 0]).
+    assert sum(share > 0 for share in shares) >= 2, shares
     return claimed
 
 
