@@ -122,3 +122,19 @@ def start_node(service_env, tmp_path):
     yield start
     for node in nodes:
         node.stop()
+
+
+@pytest.fixture
+def private_postgres():
+    """A started PostgreSQL cluster of this test's own (``tests.private_services``), destroyed after."""
+    from tests.private_services import PrivatePostgres, postgres_bindir
+
+    bindir = postgres_bindir()
+    if bindir is None:
+        require_service("PostgreSQL binaries", "initdb is not installed")
+    cluster = PrivatePostgres(bindir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()

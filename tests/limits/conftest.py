@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
-import time
 
 import pytest
-import redis
 from django.conf import settings
 
 from limits.admission import admit
 from limits.store import LocalStore, RateLimited, RedisStore, forget_store
-from tests.servers import free_port
+from tests.private_services import PrivateRedis
 from tests.services import require_service
 
 START_US = 1_800_000_000_000_000  # 2027-01-15, a fixed instant so answers never depend on the day
@@ -69,47 +66,6 @@ def redis_store(redis_client, clock):
 def store(request):
     """The contract suite runs once against each implementation, with the same injected clock."""
     return request.getfixturevalue(f"{request.param}_store")
-
-
-class PrivateRedis:
-    """A redis-server of this test's own, on a free port, that the test may stop and start again."""
-
-    def __init__(self, binary: str, workdir, password: str = ""):
-        self.binary = binary
-        self.workdir = workdir
-        self.password = password
-        self.port = free_port()
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.url, socket_timeout=2)
-
-    def start(self) -> None:
-        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
-        if self.password:
-            command += ["--requirepass", self.password]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.client().ping()
-                return
-            except redis.RedisError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError(f"private redis-server on port {self.port} did not start") from None
-                time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.process = None
 
 
 @pytest.fixture
