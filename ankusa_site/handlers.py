@@ -24,6 +24,12 @@ log line naming the cause, rather than served by a route its urlconf may not hav
 same headers — but for the session and CSRF cookies and ``Vary: Cookie``, which the skipped
 middleware adds to an answer whose request sent cookies, and a webhook's answer does not need.
 
+Every error under ``/api/`` and ``/hooks/`` is JSON, ``DEBUG`` or not (:func:`json_error_answer`):
+with ``DEBUG`` on, Django answers what it refuses before any view (a ``Host`` not in
+``ALLOWED_HOSTS``, an exception in a middleware) with its debug page, which shows the settings, the
+database's path and ``REDIS_URL``; here such an answer is replaced by the site's JSON error of the
+same status. The debug page stays for the admin's pages, where a developer reads it.
+
 ``ankusa_site.wsgi`` serves with :class:`SiteWSGIHandler`; the tests' ``client`` fixture uses the
 same shortcut (``tests.conftest.SiteClient``).
 """
@@ -31,12 +37,15 @@ same shortcut (``tests.conftest.SiteClient``).
 from __future__ import annotations
 
 import re
+from http import HTTPStatus
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, MiddlewareNotUsed
 from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
 from django.utils.module_loading import import_string
+
+from ankusa_site.answers import error, wants_json
 
 # The paths of ``commands.hooks.receive`` in ``ankusa_site.urls`` (``<str:…>`` is ``[^/]+``).
 HOOK_PATH = re.compile(r"/hooks/([^/]+)/([^/]+)/?")
@@ -96,6 +105,35 @@ def _hook(request):
     return receive(request, tenant, source)
 
 
+# The site's answers for what Django refuses itself, as ``ankusa_site.urls``' handlers give them.
+DJANGO_ERRORS = {
+    400: ("bad_request", "The request was refused as malformed."),
+    403: ("forbidden", "The request was refused."),
+    404: ("not_found", "No endpoint at {path}."),
+    500: ("server_error", "The server failed to answer; the error was logged."),
+}
+
+
+def json_error_answer(request, response):
+    """``response``, or in its place the site's JSON error of its status when it is an error that
+    is not JSON on a path whose every answer must be."""
+    if response.status_code < 400 or not wants_json(request):
+        return response
+    if response.get("Content-Type", "").split(";")[0].strip().endswith("json"):
+        return response
+    status = response.status_code
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
+    code, detail = DJANGO_ERRORS.get(
+        status, DJANGO_ERRORS[500] if status >= 500 else (phrase.lower().replace(" ", "_"), f"{phrase}.")
+    )
+    answer = error(code, detail.format(path=request.path), status)
+    answer._resource_closers.extend(response._resource_closers)  # what Django closes after the answer
+    return answer
+
+
 class HookShortcut:
     """Mixed into a Django handler: webhooks skip the URL resolver and the middleware in
     ``SKIPPED_FOR_HOOKS``; every other request goes Django's way. Django's ``get_response`` runs
@@ -111,6 +149,9 @@ class HookShortcut:
             return hook(request) if HOOK_PATH.fullmatch(request.path_info) else whole(request)
 
         self._middleware_chain = either
+
+    def get_response(self, request):
+        return json_error_answer(request, super().get_response(request))
 
 
 class SiteWSGIHandler(HookShortcut, WSGIHandler):
