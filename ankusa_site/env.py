@@ -11,6 +11,7 @@ checks in ``ankusa_site.checks``, because they need the whole picture.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -115,6 +116,22 @@ def env_list(name: str, default: list[str], *, environ: Mapping[str, str] | None
     if value is None:
         return list(default)
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_networks(
+    name: str, *, environ: Mapping[str, str] | None = None
+) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """A comma-separated list of IP addresses or CIDR networks (``127.0.0.1,10.0.0.0/8``); empty
+    by default. No wildcard: a list that trusts everyone is written out, not implied by ``*``."""
+    networks = []
+    for item in env_list(name, [], environ=environ):
+        try:
+            networks.append(ipaddress.ip_network(item))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not an IP address or a network (10.0.0.0/8) with no host bits set."
+            ) from None
+    return networks
 
 
 def env_mapping(
