@@ -28,6 +28,7 @@ from ankusa_site.env import (
     env_redis_url,
     env_str,
 )
+from ankusa_site.varfiles import private_dir, write_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ANKUSA_VAR_DIR", str(BASE_DIR / "var")))
@@ -39,9 +40,7 @@ def _local_secret_key() -> str:
     """A key generated once into ``var/`` so local sessions survive restarts; never in production."""
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        write_private(private_dir(VAR_DIR) / "secret_key", secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
@@ -53,6 +52,27 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- HTTPS (behind a proxy that terminates TLS: deploy/nginx/ankusa.conf) -------------------------
+
+# One switch, because the settings it turns on only make sense together: a site served over HTTPS
+# redirects plain HTTP to it, tells browsers to come back over HTTPS only (HSTS), sends its session
+# and CSRF cookies over HTTPS only, and believes the proxy's X-Forwarded-Proto. That header reaches
+# the site only from ANKUSA_TRUSTED_PROXIES: gunicorn drops it from any other peer (gunicorn_conf).
+ANKUSA_HTTPS = env_bool("ANKUSA_HTTPS", False)
+SECURE_SSL_REDIRECT = ANKUSA_HTTPS
+# Probes and scrapers are often pointed at a node's plain HTTP port; a redirect is not an answer.
+SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^readyz/?$", r"^metrics/?$"]
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if ANKUSA_HTTPS else None
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = ANKUSA_HTTPS
+# A year, what the HSTS preload list asks for; a browser that saw it keeps to HTTPS that long.
+SECURE_HSTS_SECONDS = env_int("ANKUSA_HSTS_SECONDS", 365 * 24 * 3600 if ANKUSA_HTTPS else 0, minimum=0)
+# Whether the domain's other hosts are HTTPS-only too, and whether to ask for the preload list, are
+# the domain owner's decisions (Ankusa usually runs on one host of a larger domain): both off unless
+# set, so check --deploy's reminders about them (W005, W021) are silenced.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("ANKUSA_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("ANKUSA_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = ["security.W005", "security.W021"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -110,9 +130,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # SQLite creates its file but not the folder; a fresh clone has no var/ yet. A folder that
     # cannot be made is left for the database check (/healthz) to report, not a boot failure.
+    # The site's own folder is owner-only (ankusa_site.varfiles); a folder named elsewhere is left
+    # as its owner made it. The backend creates the file itself owner-only.
     for _name in (DATABASES["default"]["NAME"], DATABASES["default"]["TEST"]["NAME"]):
         try:
-            Path(_name).parent.mkdir(parents=True, exist_ok=True)
+            _folder = Path(_name).parent
+            private_dir(_folder) if _folder == VAR_DIR else _folder.mkdir(parents=True, exist_ok=True)
         except OSError:
             pass
 

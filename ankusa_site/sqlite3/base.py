@@ -12,6 +12,10 @@ first (handed over at once when a transaction ends); the thread whose turn it is
 again after 50 µs, doubling up to 1 ms. Both waits end at the connection's ``timeout``, after which
 it fails as SQLite's would ("database is locked"). Statements outside a transaction keep SQLite's
 handler and the same timeout.
+
+A database file that does not exist yet is created owner-only before SQLite opens it
+(``ankusa_site.varfiles``): it holds signing secrets and credentials, and SQLite gives the
+write-ahead log and shared-memory files the database file's own mode.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ import sqlite3
 import threading
 import time
 import weakref
+from pathlib import Path
 
 from django.db.backends.sqlite3 import base
 from django.db.utils import OperationalError
+
+from ankusa_site.varfiles import create_private
 
 FIRST_WAIT_S = 50e-6
 LONGEST_WAIT_S = 1e-3
@@ -55,6 +62,21 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
 
 class DatabaseWrapper(base.DatabaseWrapper):
     _turn_held: weakref.finalize | None = None
+
+    def get_new_connection(self, conn_params):
+        name = conn_params["database"]
+        # Django always opens with uri=True; a name that is a "file:" URI (the in-memory test
+        # database) or ":memory:" is no file to create.
+        if (
+            isinstance(name, str | Path)
+            and str(name) not in ("", ":memory:")
+            and not str(name).startswith("file:")
+        ):
+            try:
+                create_private(Path(name))
+            except OSError:
+                pass  # a folder that is missing or not ours: SQLite's own error says so next
+        return super().get_new_connection(conn_params)
 
     def _start_transaction_under_autocommit(self):
         if self.transaction_mode != "IMMEDIATE":

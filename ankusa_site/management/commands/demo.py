@@ -30,6 +30,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from ankusa_site.varfiles import private_dir, write_private
 from commands.models import Command as CommandModel
 from commands.models import Connector, Source
 from limits import tokens
@@ -46,9 +47,7 @@ def var_secret(name: str, make) -> str:
     """A value generated once into ``var/<name>`` (0600) and read back on every later run."""
     path: Path = settings.VAR_DIR / name
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(make())
-        path.chmod(0o600)
+        write_private(private_dir(path.parent) / name, make())
     return path.read_text().strip()
 
 

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.core.management import get_commands
 from django.core.management.base import BaseCommand
 
+from ankusa_site.varfiles import private_dir
 from commands.adapters.http import longest_send_s
 
 # After SIGTERM, a child gets as long as a send may take by the site's timeouts, and this margin to
@@ -70,9 +71,9 @@ class Command(BaseCommand):
         """The children's environment: one metrics folder for this node, emptied at start."""
         env = os.environ.copy()
         if not env.get("PROMETHEUS_MULTIPROC_DIR"):
-            folder = settings.VAR_DIR / "metrics"
+            folder = private_dir(settings.VAR_DIR) / "metrics"
             shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
+            folder.mkdir(mode=0o700)  # owner-only, as everything under var/ (ankusa_site.varfiles)
             env["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
         return env
 
