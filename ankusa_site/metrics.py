@@ -13,8 +13,9 @@ Two kinds of figures:
   every node reports the same fleet-wide truth — sum them with ``max`` in PromQL, not ``sum``.
 
 Who may scrape: a request from loopback, or one that carries ``Authorization: Bearer
-<ANKUSA_METRICS_TOKEN>``. Behind a reverse proxy on the same host every request comes from
-loopback: set the token and have the proxy refuse ``/metrics``.
+<ANKUSA_METRICS_TOKEN>``; one that presents an ``Authorization`` header is judged by it alone,
+from loopback too. Behind a reverse proxy on the same host every request comes from loopback: the
+proxy refuses a scrape of ``/metrics`` without that header (deploy/nginx/ankusa.conf).
 
 What it does not do: keep counters across a node restart (Prometheus' ``rate()`` handles resets),
 or label anything with a tenant or command id (unbounded label values would grow the scrape
@@ -177,10 +178,11 @@ class _Scrape:
 
 def _allowed(request) -> bool:
     token = settings.ANKUSA_METRICS_TOKEN
-    if token:
-        given = request.headers.get("Authorization", "")
-        if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return True
+    given = request.headers.get("Authorization")
+    if given is not None:
+        # A scrape that presents credentials is judged by them alone: behind nginx on the same host
+        # every request comes from loopback, and nginx passes on only those that present some.
+        return bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
     try:
         return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
     except ValueError:
