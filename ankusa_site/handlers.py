@@ -130,6 +130,9 @@ def json_error_answer(request, response):
         status, DJANGO_ERRORS[500] if status >= 500 else (phrase.lower().replace(" ", "_"), f"{phrase}.")
     )
     answer = error(code, detail.format(path=request.path), status)
+    for name, value in response.items():  # Allow, Retry-After, Vary… say something of the refusal too
+        if name.lower() not in ("content-type", "content-length"):
+            answer[name] = value
     answer._resource_closers.extend(response._resource_closers)  # what Django closes after the answer
     return answer
 
