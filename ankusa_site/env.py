@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
@@ -115,6 +116,20 @@ def env_list(name: str, default: list[str], *, environ: Mapping[str, str] | None
     if value is None:
         return list(default)
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_networks(
+    name: str, default: list[str], *, environ: Mapping[str, str] | None = None
+) -> tuple[IPv4Network | IPv6Network, ...]:
+    """Comma-separated CIDRs (``10.1.0.0/16,::1/128``; a bare address is one host). Host bits
+    set (``10.1.2.3/16``) are refused as a likely typo rather than widened silently."""
+    networks = []
+    for item in env_list(name, default, environ=environ):
+        try:
+            networks.append(ip_network(item))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not a network ({exc}).") from None
+    return tuple(networks)
 
 
 def env_mapping(

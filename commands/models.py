@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -40,10 +41,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from commands import adapters, event_keys, signatures
+from commands.adapters import egress
 from commands.adapters.http import (
     HEADER_NAME,
     header_value_problem,
     longest_send_s,
+    reserved_header_problem,
     url_carries_credentials,
     url_port_problem,
 )
@@ -105,6 +108,8 @@ def validate_headers(value) -> None:
         raise ValidationError('Headers must be a JSON object of strings: {"X-Team": "ops"}.')
     for name, header_value in value.items():
         validate_header_name(name)
+        if problem := reserved_header_problem(name):
+            raise ValidationError(f"{name} {problem}: a connector may not set it.")
         problem = header_value_problem(header_value)
         if problem is not None:
             raise ValidationError(f"The value of {name} {problem}.")
@@ -112,6 +117,19 @@ def validate_headers(value) -> None:
             raise ValidationError(
                 f"{name} carries a credential: put it in the secret, which is never shown back."
             )
+
+
+def destination_problem(url: str) -> str | None:
+    """Why a connector may not send to ``url``'s host (``commands.adapters.egress``); None if it may,
+    or if the URL is not one the other rules accept (they say so)."""
+    try:
+        parts = urlsplit(url or "")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return egress.host_problem(parts.hostname, port)
 
 
 def validate_status_map(value) -> None:
@@ -184,6 +202,14 @@ class Connector(models.Model):
             )
         elif problem := url_port_problem(self.url):
             errors["url"] = f"{problem[0].upper()}{problem[1:]}."
+        elif problem := destination_problem(self.url):
+            errors["url"] = f"{problem[0].upper()}{problem[1:]}."
+        if self.secret_header and (problem := reserved_header_problem(self.secret_header)):
+            errors["secret_header"] = f"{self.secret_header} {problem}."
+        elif self.secret_header and isinstance(self.headers, dict):
+            lowered = self.secret_header.lower()
+            if any(str(name).lower() == lowered for name in self.headers):
+                errors["headers"] = f"{self.secret_header} carries the secret: it is not one of the headers."
         # Like system check E002 for the site defaults: a send must end before the recovery takes
         # it for abandoned, or its command is recorded as "unknown" while it is still going.
         longest = longest_send_s(self)
