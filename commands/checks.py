@@ -65,16 +65,20 @@ def check_connectors(app_configs, **kwargs) -> list[Warning]:
             .filter(kind="http")
         )
         links = list(
-            Source.connectors.through.objects.exclude(source__tenant=F("connector__tenant")).values_list(
+            Source.connectors.through.objects.exclude(source__tenant=F("connector__tenant"))
+            .order_by("pk")
+            .values_list(
                 "source__tenant__slug", "source__slug", "connector__tenant__slug", "connector__name"
             )[: LISTED + 1]
         )
         commands = Command.objects.exclude(tenant=F("connector__tenant")) | Command.objects.filter(
             source__isnull=False
         ).exclude(tenant=F("source__tenant"))
-        command_ids = list(commands.values_list("pk", flat=True)[: LISTED + 1])
+        command_ids = list(commands.order_by("pk").values_list("pk", flat=True)[: LISTED + 1])
         delivery_ids = list(
-            Delivery.objects.exclude(tenant=F("source__tenant")).values_list("pk", flat=True)[: LISTED + 1]
+            Delivery.objects.exclude(tenant=F("source__tenant"))
+            .order_by("pk")
+            .values_list("pk", flat=True)[: LISTED + 1]
         )
     except DatabaseError:
         return []

@@ -38,6 +38,8 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MinValueValidator, URLValidator
 from django.db import models, transaction
 from django.db.models import Q
+from django.db.models.signals import m2m_changed
+from django.dispatch import receiver
 from django.utils import timezone
 
 from commands import adapters, event_keys, signatures
@@ -52,7 +54,7 @@ from commands.adapters.http import (
 )
 from commands.retry import Outlook, SkipReason
 from commands.states import State, next_state
-from limits.models import Tenant, slug_validator
+from limits.models import TENANT_FIXED, FixedOnceCreated, Tenant, slug_validator
 
 # Skip reasons that only a person's act can change (a resend, a fix, a new command). The sweep does
 # not look at commands parked with one of them again, which keeps its query independent of the
@@ -142,7 +144,9 @@ def validate_status_map(value) -> None:
             raise ValidationError(f"{outlook!r} is not an outlook; use one of {', '.join(Outlook.values)}.")
 
 
-class Connector(models.Model):
+class Connector(FixedOnceCreated, models.Model):
+    fixed_fields = {"tenant": TENANT_FIXED}
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="connectors")
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=32, choices=adapters.kind_choices)
@@ -190,7 +194,7 @@ class Connector(models.Model):
     def clean(self) -> None:
         # The secret and the URL are checked here rather than by field validators, which would need
         # a migration each. Neither message quotes the value: a form or an API error shows it back.
-        errors: dict[str, str] = {}
+        errors: dict[str, str] = self.fixed_field_errors()
         problem = header_value_problem(self.secret) if self.secret else None
         if problem is not None:
             errors["secret"] = f"The secret {problem}."
@@ -243,7 +247,9 @@ VERIFIER_CHOICES = [(kind, VERIFIER_LABELS[kind]) for kind in signatures.VERIFIE
 VERIFIER_FIELDS = {"secrets": "verifier_secrets", "options": "verifier_options"}
 
 
-class Source(models.Model):
+class Source(FixedOnceCreated, models.Model):
+    fixed_fields = {"tenant": TENANT_FIXED}
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sources")
     slug = models.CharField(max_length=64, validators=[slug_validator])
     connectors = models.ManyToManyField(Connector, related_name="sources", blank=True)
@@ -293,7 +299,7 @@ class Source(models.Model):
         return signatures.build_verifier(self.verifier, self.verifier_secrets, self.verifier_options)
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        errors: dict[str, str] = self.fixed_field_errors()
         try:
             self.build_verifier()
         except signatures.VerifierConfigError as exc:
@@ -306,6 +312,22 @@ class Source(models.Model):
             errors["dedupe_key"] = exc.message
         if errors:
             raise ValidationError(errors)
+
+
+OWN_CONNECTORS_ONLY = "A source fans out only to its own tenant's connectors."
+
+
+@receiver(m2m_changed, sender=Source.connectors.through, dispatch_uid="commands.source_connectors_own_tenant")
+def refuse_other_tenants_connectors(sender, instance, action, reverse, pk_set, **kwargs) -> None:
+    """``source.connectors.add()``/``.set()`` (and ``connector.sources.add()``) link only rows of one
+    tenant. A signal because a many-to-many add saves no model: this is the only hook every door
+    (the admin's form, the API's serializer, the shell) passes through; the first two refuse it in
+    their own validation before, with a field error."""
+    if action != "pre_add" or not pk_set:
+        return
+    other = Connector if not reverse else Source
+    if other.objects.filter(pk__in=pk_set).exclude(tenant_id=instance.tenant_id).exists():
+        raise ValidationError({"connectors": OWN_CONNECTORS_ONLY})
 
 
 # The request headers a delivery keeps: what tells staff which event it was. Signatures are left
