@@ -186,7 +186,7 @@ class SourceAdmin(ModelAdmin):
             "Signature",
             {"fields": ["verifier", "secrets_set", "verifier_secrets", "remove_secrets", "verifier_options"]},
         ),
-        ("Dedupe", {"fields": ["dedupe_key"]}),
+        ("Dedupe", {"fields": ["dedupe_key", "dedupe_body"]}),
     ]
 
     def get_fieldsets(self, request, obj=None):

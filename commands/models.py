@@ -280,6 +280,16 @@ class Source(FixedOnceCreated, models.Model):
         help_text="Where the provider puts the event id, so a redelivery is a duplicate: a preset "
         f"({', '.join(event_keys.PRESETS)}), header:<Name>, json:<dotted.path>, or empty (no dedupe).",
     )
+    dedupe_body = models.BooleanField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="Also refuse, as a duplicate, a body accepted before within the claim TTL (72 h), "
+        "whatever its event id says: for providers that do not sign the id or a timestamp (GitHub, "
+        "Shopify), so a captured webhook cannot be replayed under a new id. A provider that "
+        "legitimately sends one body twice sees the second deduped. Empty: on for new GitHub and "
+        "Shopify sources.",
+    )
 
     class Meta:
         ordering = ["tenant", "slug"]
@@ -293,6 +303,20 @@ class Source(FixedOnceCreated, models.Model):
     @property
     def initial_state(self) -> State:
         return State.DRAFT if self.needs_approval else State.APPROVED
+
+    @property
+    def dedupes_body(self) -> bool:
+        """Whether a body accepted before is a duplicate (``dedupe_body``; unset: by verifier)."""
+        if self.dedupe_body is None:
+            return self.verifier in signatures.UNTIMESTAMPED
+        return self.dedupe_body
+
+    def save(self, *args, **kwargs) -> None:
+        if self.dedupe_body is None:  # a new source's default, stored so a later change of verifier keeps it
+            self.dedupe_body = self.dedupes_body
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "dedupe_body"}
+        super().save(*args, **kwargs)
 
     def build_verifier(self) -> signatures.Verifier:
         """The verifier this source's configuration describes (raises ``VerifierConfigError``)."""
