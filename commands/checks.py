@@ -91,7 +91,8 @@ def check_connectors(app_configs, **kwargs) -> list[Warning]:
             Warning(
                 f"{_plural(len(unreachable), 'connector')} may not reach its URL: {_listed(unreachable)}; "
                 "its sends fail as after-fix.",
-                hint=f"Point it at a public address, or {egress.HINT}.",
+                hint="Point it at a public address, or open the network it needs in "
+                "ANKUSA_CONNECTOR_ALLOWED_NETWORKS.",
                 id="commands.W001",
             )
         )
