@@ -157,7 +157,7 @@ def host_problem(host: str, port: int) -> str | None:
         check(host, port)
     except DestinationRefused as exc:
         return str(exc)
-    except (OSError, UnicodeError):  # no such name (yet), or no resolver
+    except (OSError, ValueError):  # no such name (yet), no resolver, or no name at all (IDNA refused it)
         return None
     return None
 
