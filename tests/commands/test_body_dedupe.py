@@ -4,7 +4,10 @@ a body accepted within the claim TTL as a duplicate, whatever delivery id it is 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -131,3 +134,30 @@ def test_existing_sources_keep_their_behaviour_after_the_migration():
     finally:
         MigrationExecutor(connection).migrate(latest)
     assert Source.objects.get(pk=old.pk).dedupe_body is False
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_two_nodes_sharing_redis_store_one_body_sent_under_30_ids_at_once(
+    hook_source, start_node, redis_client
+):
+    Source.objects.filter(pk=hook_source.pk).update(dedupe_body=True)
+    fleet = {"ANKUSA_STORE_SCOPE": "fleet", "ANKUSA_STORE_TIMEOUT_MS": "500"}
+    nodes = [start_node(**fleet), start_node(**fleet)]
+    barrier = threading.Barrier(30)
+
+    def send(n: int):
+        barrier.wait()
+        return nodes[n % 2].hook(f"replay-{n}", BODY)
+
+    with ThreadPoolExecutor(30) as pool:
+        answers = list(pool.map(send, range(30)))
+
+    delivery = Delivery.objects.get()
+    statuses = Counter(status for status, _, _ in answers)
+    assert statuses[202] == 1, statuses
+    assert set(statuses) <= {202, 409, 200}, statuses
+    assert all(data["id"] == delivery.pk for status, data, _ in answers if status in (200, 202))
+    assert [node.hook("replay-late", BODY)[:2] for node in nodes] == [
+        (200, {"status": "duplicate", "id": delivery.pk})
+    ] * 2
