@@ -134,6 +134,18 @@ def secret_label(index: int, secret: str) -> str:
     return f"#{index + 1}{' (newest)' if index == 0 else ''} · fingerprint {digest}"
 
 
+class ByVerifierSelect(forms.NullBooleanSelect):
+    """Yes / No, and for a new source the default named for what it is."""
+
+    def __init__(self, attrs=None):
+        super().__init__(attrs)
+        self.choices = [
+            ("unknown", "By verifier: on for GitHub and Shopify"),
+            ("true", "Yes"),
+            ("false", "No"),
+        ]
+
+
 class SourceForm(forms.ModelForm):
     # Write-only: the form never renders a stored secret. A new one goes first (newest); ticked
     # ones are removed — rotation is "add the new one, remove the old once the provider uses it".
@@ -150,6 +162,7 @@ class SourceForm(forms.ModelForm):
     class Meta:
         model = Source
         fields = "__all__"
+        widgets = {"dedupe_body": ByVerifierSelect}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

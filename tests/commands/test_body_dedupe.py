@@ -60,6 +60,18 @@ def test_a_source_created_with_body_dedupe_off_keeps_it_off_and_may_turn_it_on(t
     assert source.dedupe_body is True
 
 
+@pytest.mark.parametrize(("chosen", "stored"), [("unknown", True), ("false", False)])
+def test_the_admin_adds_a_github_source_deduping_bodies_unless_told_otherwise(
+    admin_client, tenant, chosen, stored
+):
+    page = admin_client.get("/admin/commands/source/add/").content.decode()
+    assert '<option value="unknown" selected>By verifier: on for GitHub and Shopify</option>' in page
+    data = {"tenant": tenant.pk, "slug": "gh", "verifier": "github", "verifier_secrets": "s", "verifier_options": "{}",
+            "dedupe_key": "github", "dedupe_body": chosen}  # fmt: skip
+    assert admin_client.post("/admin/commands/source/add/", data).status_code == 302
+    assert Source.objects.get(slug="gh").dedupe_body is stored
+
+
 def test_the_api_creates_a_github_source_deduping_bodies_unless_told_otherwise(world, call):
     body = {"tenant": "acme", "slug": "gh", "verifier": "github", "verifier_secrets": ["s"]}
     status, created = call("admin", "POST", "/api/v1/sources/", body)
