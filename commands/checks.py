@@ -42,17 +42,11 @@ def _plural(count: int, word: str) -> str:
 
 def _unreachable(url: str) -> str | None:
     try:
-        parts = urlsplit(url or "")
-        hostname, port = parts.hostname, parts.port
+        hostname = urlsplit(url or "").hostname
     except ValueError:
         return None
-    if not hostname or (egress._literal(hostname) is None and egress._known_addresses(hostname) is None):
-        return None
-    try:
-        egress.check(hostname, port or 80)
-    except egress.DestinationRefused as exc:
-        return str(exc).split(f" ({egress.HINT})")[0]
-    return None
+    problem = egress.known_problem(hostname) if hostname else None
+    return problem.removesuffix(f" ({egress.HINT})") if problem else None
 
 
 def check_connectors(app_configs, **kwargs) -> list[Warning]:

@@ -162,6 +162,18 @@ def host_problem(host: str, port: int) -> str | None:
     return None
 
 
+def known_problem(host: str) -> str | None:
+    """Why a connector may not reach ``host``, told without a resolver: for a literal address or a
+    name that always means one; None otherwise (a name is judged when it is resolved)."""
+    if _literal(host) is None and _known_addresses(host) is None:
+        return None
+    try:
+        check(host, 0)
+    except DestinationRefused as exc:
+        return str(exc)
+    return None
+
+
 class CheckedHTTPConnection(HTTPConnection):
     """urllib3's connection, resolving its host once and connecting only to a checked address."""
 

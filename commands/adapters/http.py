@@ -235,6 +235,8 @@ class HttpAdapter:
             found.append("the URL carries credentials; put them in the secret instead")
         elif problem := url_port_problem(connector.url):
             found.append(problem)
+        elif problem := egress.known_problem(parts.hostname):  # names are judged as they resolve
+            found.append(problem)
         if connector.secret_header and not connector.secret:
             found.append(f"missing credential for the {connector.secret_header} header")
         elif connector.secret_header and (problem := header_value_problem(connector.secret)):

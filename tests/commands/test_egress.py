@@ -186,14 +186,15 @@ def test_the_admin_refuses_to_repoint_a_connector_inside(client, world, closed):
 def test_a_send_to_an_inside_address_saved_before_the_rule_is_after_fix_and_sends_nothing(
     closed, make_connector, make_command, sink
 ):
-    command = make_command(make_connector(url=sink.url))  # created by the ORM: no validation
-    outcome = adapters.send(command)
+    connector = make_connector(url=sink.url)  # created by the ORM: no validation
+    outcome = adapters.send(make_command(connector))
     assert outcome == adapters.Outcome(
         ok=False,
         outlook=Outlook.AFTER_FIX,
         detail=f"the connector may not reach 127.0.0.1: it is a loopback address {HINT}",
-        error_class="DestinationRefused",
+        error_class="Configuration",
     )
+    assert adapters.problems(connector) == [outcome.detail]  # what the admin shows as its problems
     assert sink.received == []
 
 
