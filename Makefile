@@ -23,10 +23,13 @@ $(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(VENV)/bin/pyth
 # The whole system on the embedded default: SQLite + the node-local store, admin and API on
 # http://127.0.0.1:$(PORT) (8000; another: make run PORT=8001), the dispatch loop beside it. The
 # demo's http connector posts to the demo receiver on that port. DEBUG=1 unless you say otherwise,
-# so a local secret key is generated into var/.
+# so a local secret key is generated into var/. Connectors may reach loopback here, unless you say
+# otherwise: the demo's receiver is on it. Set here, not in `manage.py serve`, because a deployment
+# may run serve too, and must open loopback to its connectors only by saying so.
 PORT ?= 8000
 run: $(VENV)/.installed
-	export DEBUG=$${DEBUG:-1}; \
+	export DEBUG=$${DEBUG:-1} \
+	  ANKUSA_CONNECTOR_ALLOWED_NETWORKS=$${ANKUSA_CONNECTOR_ALLOWED_NETWORKS-127.0.0.0/8,::1/128}; \
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py collectstatic --noinput --verbosity 0 && \
 	$(PY) manage.py demo --site-url http://127.0.0.1:$(PORT) \

@@ -11,9 +11,9 @@ checks in ``ankusa_site.checks``, because they need the whole picture.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
@@ -119,19 +119,18 @@ def env_list(name: str, default: list[str], *, environ: Mapping[str, str] | None
 
 
 def env_networks(
-    name: str, *, environ: Mapping[str, str] | None = None
-) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    """A comma-separated list of IP addresses or CIDR networks (``127.0.0.1,10.0.0.0/8``); empty
-    by default. No wildcard: a list that trusts everyone is written out, not implied by ``*``."""
+    name: str, default: list[str], *, environ: Mapping[str, str] | None = None
+) -> tuple[IPv4Network | IPv6Network, ...]:
+    """Comma-separated addresses or CIDRs (``10.1.0.0/16,::1/128``; a bare address is one host).
+    No wildcard: a list that trusts everyone is written out, not implied by ``*``. Host bits set
+    (``10.1.2.3/16``) are refused as a likely typo rather than widened silently."""
     networks = []
-    for item in env_list(name, [], environ=environ):
+    for item in env_list(name, default, environ=environ):
         try:
-            networks.append(ipaddress.ip_network(item))
-        except ValueError:
-            raise ImproperlyConfigured(
-                f"{name}: {item!r} is not an IP address or a network (10.0.0.0/8) with no host bits set."
-            ) from None
-    return networks
+            networks.append(ip_network(item))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not a network ({exc}).") from None
+    return tuple(networks)
 
 
 def env_mapping(

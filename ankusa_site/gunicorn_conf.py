@@ -75,7 +75,7 @@ def write_json_error(sock, status_int, reason, mesg):
 
 util.write_error = write_json_error
 
-TRUSTED_PROXIES = env_networks("ANKUSA_TRUSTED_PROXIES")
+TRUSTED_PROXIES = env_networks("ANKUSA_TRUSTED_PROXIES", [])
 forwarded_allow_ips = ",".join(str(network) for network in TRUSTED_PROXIES)
 forwarder_headers = ""  # neither SCRIPT_NAME nor PATH_INFO from any peer: the site is at the root
 # What a proxy says about the client, which only a trusted one may say.

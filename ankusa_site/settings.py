@@ -25,6 +25,7 @@ from ankusa_site.env import (
     env_int,
     env_list,
     env_mapping,
+    env_networks,
     env_redis_url,
     env_str,
 )
@@ -268,6 +269,9 @@ ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 4, mini
 ANKUSA_RESEND_PER_S = env_float("ANKUSA_RESEND_PER_S", 10.0, minimum=0.01, maximum=10_000)
 ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)
 ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minimum=0.01)
+# Networks a connector may reach although they are not public (commands.adapters.egress): empty,
+# so a connector can reach neither this host nor its private network unless an installation says so.
+ANKUSA_CONNECTOR_ALLOWED_NETWORKS = env_networks("ANKUSA_CONNECTOR_ALLOWED_NETWORKS", [])
 
 # --- intake (DESIGN.md § Flow) -------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ankusa_site.settings")
 os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
+# The sink listens on loopback, which connectors may reach only where an installation opens it.
+os.environ.setdefault("ANKUSA_CONNECTOR_ALLOWED_NETWORKS", "127.0.0.0/8")
 
 import django  # noqa: E402
 

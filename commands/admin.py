@@ -42,7 +42,16 @@ from commands.admin_lists import (
     reason_badge,
     short_error,
 )
-from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, FailedCommand, Source
+from commands.models import (
+    OWN_CONNECTORS_ONLY,
+    Attempt,
+    AuditEntry,
+    Command,
+    Connector,
+    Delivery,
+    FailedCommand,
+    Source,
+)
 from commands.states import State
 
 SECRET_FIELDS = ["secret", "clear_secret"]
@@ -105,6 +114,9 @@ class ConnectorAdmin(ModelAdmin):
     def get_fieldsets(self, request, obj=None):
         return without_secrets(self, request, obj, super().get_fieldsets(request, obj), SECRET_FIELDS)
 
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), *(["tenant"] if obj else [])]
+
     @admin.display(description="secret")
     def secret_set(self, obj: Connector) -> str:
         return "set" if obj.secret else "not set"
@@ -120,6 +132,18 @@ def secret_label(index: int, secret: str) -> str:
     """How staff tell the secrets of a list apart without seeing them: position and a keyed hash."""
     digest = hmac.new(settings.SECRET_KEY.encode(), secret.encode(), hashlib.sha256).hexdigest()[:8]
     return f"#{index + 1}{' (newest)' if index == 0 else ''} · fingerprint {digest}"
+
+
+class ByVerifierSelect(forms.NullBooleanSelect):
+    """Yes / No, and for a new source the default named for what it is."""
+
+    def __init__(self, attrs=None):
+        super().__init__(attrs)
+        self.choices = [
+            ("unknown", "By verifier: on for GitHub and Shopify"),
+            ("true", "Yes"),
+            ("false", "No"),
+        ]
 
 
 class SourceForm(forms.ModelForm):
@@ -138,6 +162,7 @@ class SourceForm(forms.ModelForm):
     class Meta:
         model = Source
         fields = "__all__"
+        widgets = {"dedupe_body": ByVerifierSelect}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -146,9 +171,11 @@ class SourceForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        tenant, connectors = cleaned.get("tenant"), cleaned.get("connectors")
-        if tenant and connectors and any(c.tenant_id != tenant.pk for c in connectors):
-            raise forms.ValidationError("A source fans out only to its own tenant's connectors.")
+        # On change the tenant is read-only (not in the form): the stored one.
+        tenant_id = cleaned["tenant"].pk if cleaned.get("tenant") else self.instance.tenant_id
+        connectors = cleaned.get("connectors")
+        if tenant_id and connectors and any(c.tenant_id != tenant_id for c in connectors):
+            raise forms.ValidationError(OWN_CONNECTORS_ONLY)
         removed = set(cleaned.get("remove_secrets") or [])
         kept = [s for i, s in enumerate(self.instance.verifier_secrets or []) if str(i) not in removed]
         added = cleaned.get("verifier_secrets")
@@ -172,13 +199,16 @@ class SourceAdmin(ModelAdmin):
             "Signature",
             {"fields": ["verifier", "secrets_set", "verifier_secrets", "remove_secrets", "verifier_options"]},
         ),
-        ("Dedupe", {"fields": ["dedupe_key"]}),
+        ("Dedupe", {"fields": ["dedupe_key", "dedupe_body"]}),
     ]
 
     def get_fieldsets(self, request, obj=None):
         return without_secrets(
             self, request, obj, super().get_fieldsets(request, obj), ["verifier_secrets", "remove_secrets"]
         )
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), *(["tenant"] if obj else [])]
 
     @admin.display(description="secrets")
     def secrets_set(self, obj: Source) -> str:

@@ -261,7 +261,7 @@ class SourceSerializer(Owned):
         model = Source
         fields = [
             "id", "tenant", "slug", "connectors", "needs_approval", "verifier", "verifier_secrets",
-            "secrets_set", "verifier_options", "dedupe_key",
+            "secrets_set", "verifier_options", "dedupe_key", "dedupe_body",
         ]  # fmt: skip
 
     def get_secrets_set(self, source: Source) -> int:

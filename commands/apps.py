@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.checks import register
 from django.db.models.signals import post_migrate
 
 
@@ -18,3 +19,6 @@ class CommandsConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(sync_staff_groups, sender=self, dispatch_uid="commands.sync_staff_groups")
+        from commands.checks import check_connectors
+
+        register(check_connectors)

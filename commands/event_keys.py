@@ -9,6 +9,11 @@ Keys are scoped by tenant and source by the caller. A key longer than 200 bytes 
 replaced by ``sha256:<hex>`` of it, so a hostile sender cannot make the claim store or the
 database index hold arbitrarily long keys, while two different long keys still stay different.
 
+A source that dedupes bodies (``Source.dedupe_body``: providers that sign neither the event id nor
+a timestamp) claims :func:`body_key` — the body's SHA-256 — instead of the event key: the same
+claim, scoped the same way, so a body accepted within the claim TTL is answered as a duplicate
+whatever id it arrives under; the event key still guards the delivery in the database.
+
 What it does not do: it does not decide what a missing key means (the intake does), and it never
 trusts a key to be unique across sources.
 """
@@ -66,6 +71,12 @@ def resolve(location: str) -> tuple[str, str] | None:
         if not detail or len(parts) > 20 or not all(_PATH_PART.match(p) for p in parts):
             raise EventKeyConfigError(f"{detail!r} is not a dotted JSON path such as data.object.id")
     return kind, detail
+
+
+def body_key(body: bytes) -> str:
+    """The claim key of a body: ``body:sha256:<hex>`` (no event key can be mistaken for it: a
+    source that dedupes bodies claims only these)."""
+    return "body:sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def needs_json(location: str) -> bool:

@@ -94,6 +94,7 @@ def receive(request, tenant: str, source: str):
         payload=payload,
         size=len(body),
         dedupe_key=key,
+        claim_key=event_keys.body_key(body) if found.dedupes_body else None,
         source=found,
         headers=kept_headers(headers, route.kept_names),
         body=text,

@@ -84,6 +84,7 @@ class Arrival:
 
     ``connectors``: ``(id, idempotent)`` of each connector to make a command for. ``dedupe_key``:
     the event key (webhooks) or ``Idempotency-Key`` (REST), already normalised; None: no dedupe.
+    ``claim_key``: what the claim is taken on when it is not ``dedupe_key`` (a body's digest).
     ``source``/``headers``/``body``: a webhook's (a delivery is stored); None for REST.
     ``limits``: the tenant's effective limits when the caller keeps them (None: read them).
     """
@@ -93,6 +94,7 @@ class Arrival:
     payload: Any
     size: int
     dedupe_key: str | None = None
+    claim_key: str | None = None
     source: Source | None = None
     headers: dict[str, str] = field(default_factory=dict)
     body: str | None = None
@@ -175,8 +177,9 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
     """Admit ``arrival`` under its tenant's quota and claim, store it, settle the claim."""
     now = now or timezone.now()
     claim = None
-    if arrival.dedupe_key is not None:
-        claim = admission.new_claim(arrival.tenant, arrival.claim_scope, arrival.dedupe_key, UNKNOWN_ID)
+    claimed = arrival.claim_key or arrival.dedupe_key
+    if claimed is not None:
+        claim = admission.new_claim(arrival.tenant, arrival.claim_scope, claimed, UNKNOWN_ID)
     decision = admission.admit(
         arrival.tenant, arrival.size, claim, store=store, now=now, limits=arrival.limits
     )

@@ -31,25 +31,30 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MinValueValidator, URLValidator
 from django.db import models, transaction
 from django.db.models import Q
+from django.db.models.signals import m2m_changed
+from django.dispatch import receiver
 from django.utils import timezone
 
 from commands import adapters, event_keys, signatures
+from commands.adapters import egress
 from commands.adapters.http import (
     HEADER_NAME,
     header_value_problem,
     longest_send_s,
+    reserved_header_problem,
     url_carries_credentials,
     url_port_problem,
 )
 from commands.retry import Outlook, SkipReason
 from commands.states import State, next_state
-from limits.models import Tenant, slug_validator
+from limits.models import TENANT_FIXED, FixedOnceCreated, Tenant, slug_validator
 
 # Skip reasons that only a person's act can change (a resend, a fix, a new command). The sweep does
 # not look at commands parked with one of them again, which keeps its query independent of the
@@ -105,6 +110,8 @@ def validate_headers(value) -> None:
         raise ValidationError('Headers must be a JSON object of strings: {"X-Team": "ops"}.')
     for name, header_value in value.items():
         validate_header_name(name)
+        if problem := reserved_header_problem(name):
+            raise ValidationError(f"{name} {problem}: a connector may not set it.")
         problem = header_value_problem(header_value)
         if problem is not None:
             raise ValidationError(f"The value of {name} {problem}.")
@@ -112,6 +119,19 @@ def validate_headers(value) -> None:
             raise ValidationError(
                 f"{name} carries a credential: put it in the secret, which is never shown back."
             )
+
+
+def destination_problem(url: str) -> str | None:
+    """Why a connector may not send to ``url``'s host (``commands.adapters.egress``); None if it may,
+    or if the URL is not one the other rules accept (they say so)."""
+    try:
+        parts = urlsplit(url or "")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return egress.host_problem(parts.hostname, port)
 
 
 def validate_status_map(value) -> None:
@@ -124,7 +144,9 @@ def validate_status_map(value) -> None:
             raise ValidationError(f"{outlook!r} is not an outlook; use one of {', '.join(Outlook.values)}.")
 
 
-class Connector(models.Model):
+class Connector(FixedOnceCreated, models.Model):
+    fixed_fields = {"tenant": TENANT_FIXED}
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="connectors")
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=32, choices=adapters.kind_choices)
@@ -172,7 +194,7 @@ class Connector(models.Model):
     def clean(self) -> None:
         # The secret and the URL are checked here rather than by field validators, which would need
         # a migration each. Neither message quotes the value: a form or an API error shows it back.
-        errors: dict[str, str] = {}
+        errors: dict[str, str] = self.fixed_field_errors()
         problem = header_value_problem(self.secret) if self.secret else None
         if problem is not None:
             errors["secret"] = f"The secret {problem}."
@@ -184,6 +206,14 @@ class Connector(models.Model):
             )
         elif problem := url_port_problem(self.url):
             errors["url"] = f"{problem[0].upper()}{problem[1:]}."
+        elif problem := destination_problem(self.url):
+            errors["url"] = f"{problem[0].upper()}{problem[1:]}."
+        if self.secret_header and (problem := reserved_header_problem(self.secret_header)):
+            errors["secret_header"] = f"{self.secret_header} {problem}."
+        elif self.secret_header and isinstance(self.headers, dict):
+            lowered = self.secret_header.lower()
+            if any(str(name).lower() == lowered for name in self.headers):
+                errors["headers"] = f"{self.secret_header} carries the secret: it is not one of the headers."
         # Like system check E002 for the site defaults: a send must end before the recovery takes
         # it for abandoned, or its command is recorded as "unknown" while it is still going.
         longest = longest_send_s(self)
@@ -217,7 +247,9 @@ VERIFIER_CHOICES = [(kind, VERIFIER_LABELS[kind]) for kind in signatures.VERIFIE
 VERIFIER_FIELDS = {"secrets": "verifier_secrets", "options": "verifier_options"}
 
 
-class Source(models.Model):
+class Source(FixedOnceCreated, models.Model):
+    fixed_fields = {"tenant": TENANT_FIXED}
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sources")
     slug = models.CharField(max_length=64, validators=[slug_validator])
     connectors = models.ManyToManyField(Connector, related_name="sources", blank=True)
@@ -248,6 +280,16 @@ class Source(models.Model):
         help_text="Where the provider puts the event id, so a redelivery is a duplicate: a preset "
         f"({', '.join(event_keys.PRESETS)}), header:<Name>, json:<dotted.path>, or empty (no dedupe).",
     )
+    dedupe_body = models.BooleanField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="Also refuse, as a duplicate, a body accepted before within the claim TTL (72 h), "
+        "whatever its event id says: for providers that do not sign the id or a timestamp (GitHub, "
+        "Shopify), so a captured webhook cannot be replayed under a new id. A provider that "
+        "legitimately sends one body twice sees the second deduped. Empty: on for new GitHub and "
+        "Shopify sources.",
+    )
 
     class Meta:
         ordering = ["tenant", "slug"]
@@ -262,12 +304,26 @@ class Source(models.Model):
     def initial_state(self) -> State:
         return State.DRAFT if self.needs_approval else State.APPROVED
 
+    @property
+    def dedupes_body(self) -> bool:
+        """Whether a body accepted before is a duplicate (``dedupe_body``; unset: by verifier)."""
+        if self.dedupe_body is None:
+            return self.verifier in signatures.UNTIMESTAMPED
+        return self.dedupe_body
+
+    def save(self, *args, **kwargs) -> None:
+        if self.dedupe_body is None:  # a new source's default, stored so a later change of verifier keeps it
+            self.dedupe_body = self.dedupes_body
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "dedupe_body"}
+        super().save(*args, **kwargs)
+
     def build_verifier(self) -> signatures.Verifier:
         """The verifier this source's configuration describes (raises ``VerifierConfigError``)."""
         return signatures.build_verifier(self.verifier, self.verifier_secrets, self.verifier_options)
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        errors: dict[str, str] = self.fixed_field_errors()
         try:
             self.build_verifier()
         except signatures.VerifierConfigError as exc:
@@ -280,6 +336,22 @@ class Source(models.Model):
             errors["dedupe_key"] = exc.message
         if errors:
             raise ValidationError(errors)
+
+
+OWN_CONNECTORS_ONLY = "A source fans out only to its own tenant's connectors."
+
+
+@receiver(m2m_changed, sender=Source.connectors.through, dispatch_uid="commands.source_connectors_own_tenant")
+def refuse_other_tenants_connectors(sender, instance, action, reverse, pk_set, **kwargs) -> None:
+    """``source.connectors.add()``/``.set()`` (and ``connector.sources.add()``) link only rows of one
+    tenant. A signal because a many-to-many add saves no model: this is the only hook every door
+    (the admin's form, the API's serializer, the shell) passes through; the first two refuse it in
+    their own validation before, with a field error."""
+    if action != "pre_add" or not pk_set:
+        return
+    other = Connector if not reverse else Source
+    if other.objects.filter(pk__in=pk_set).exclude(tenant_id=instance.tenant_id).exists():
+        raise ValidationError({"connectors": OWN_CONNECTORS_ONLY})
 
 
 # The request headers a delivery keeps: what tells staff which event it was. Signatures are left

@@ -16,7 +16,10 @@ Why it is safe:
   replayed later; the time is an argument, never read here.
 
 What it does not do: it does not dedupe (a replay inside the tolerance passes here and is caught
-by the event-key claim), and it never logs or returns a secret or the expected signature.
+by the event-key claim), and it never logs or returns a secret or the expected signature. GitHub's
+and Shopify's schemes sign the body alone (``UNTIMESTAMPED``): a captured webhook re-sent later,
+even under a new delivery id, verifies; a source's ``dedupe_body`` catches that within the claim
+TTL (``commands.event_keys.body_key``).
 
 A bad configuration (unknown scheme, no secret, a Standard Webhooks secret that is not base64)
 raises ``VerifierConfigError`` naming the field, so it fails when staff save the source rather
@@ -327,6 +330,11 @@ VERIFIERS: dict[str, type[Verifier]] = {
         HmacHeaderVerifier,
     )
 }
+
+
+# Schemes whose signature covers neither a timestamp nor the event id: sources verified by them
+# dedupe on the body's digest unless staff say otherwise (``Source.dedupe_body``).
+UNTIMESTAMPED = frozenset({"github", "shopify"})
 
 
 def build_verifier(kind: str, secrets: Sequence[str] = (), options: Mapping | None = None) -> Verifier:

@@ -39,6 +39,10 @@ class TenantAdmin(ModelAdmin):
         ),
     ]
 
+    def get_readonly_fields(self, request, obj=None):
+        # A slug is fixed once created: webhook URLs, bucket and claim keys hold it.
+        return [*super().get_readonly_fields(request, obj), *(["slug"] if obj else [])]
+
     def get_queryset(self, request):
         active = LimitOverride.objects.active(timezone.now())
         return (

@@ -31,6 +31,48 @@ SLUG_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 slug_validator = RegexValidator(SLUG_PATTERN, "Use 1 to 64 letters, digits, '-' or '_'.")
 
 
+class FixedOnceCreated:
+    """A model mixin: the fields named in ``fixed_fields`` keep the value the row was created with.
+
+    Compared with the stored row (one query, only for a row that has a primary key and only when
+    a fixed field is written), in :meth:`fixed_field_errors` — which each model's ``clean()`` adds
+    to its errors, so the admin and the API answer with a field error — and again in ``save()``,
+    which raises ``ValidationError`` for the shell and any code that skips validation. So no door
+    moves a row to another tenant or renames a tenant (its slug is in webhook URLs, bucket and
+    claim keys). Not covered: ``QuerySet.update()``, which skips ``save()``; the system check
+    ``commands.W003`` reports rows joined across tenants.
+    """
+
+    fixed_fields: dict[str, str] = {}  # field name -> what a change is answered with
+
+    def fixed_field_errors(self, update_fields=None) -> dict[str, str]:
+        if self.pk is None:
+            return {}
+        fields = [self._meta.get_field(name) for name in self.fixed_fields]
+        if update_fields is not None:
+            fields = [f for f in fields if f.name in update_fields or f.attname in update_fields]
+        if not fields:
+            return {}
+        stored = type(self)._base_manager.filter(pk=self.pk).values_list(*(f.attname for f in fields)).first()
+        if stored is None:  # a new row with a chosen primary key
+            return {}
+        return {
+            f.name: self.fixed_fields[f.name]
+            for f, value in zip(fields, stored, strict=True)
+            if getattr(self, f.attname) != value
+        }
+
+    def save(self, *args, **kwargs):
+        errors = self.fixed_field_errors(kwargs.get("update_fields"))
+        if errors:
+            raise ValidationError(errors)
+        super().save(*args, **kwargs)
+
+
+# What a change of a fixed field is answered with (the API's words).
+TENANT_FIXED = "The tenant of an existing row does not change."
+
+
 class Kind(models.TextChoices):
     HOOKS = "hooks", "commands per second"
     BYTES = "bytes", "body bytes per second"
@@ -55,7 +97,9 @@ def _limit_errors(fields: dict[str, str], rate, burst) -> dict[str, str]:
     return {fields[name]: message for name, message in limit_problems(rate, burst).items()}
 
 
-class Tenant(models.Model):
+class Tenant(FixedOnceCreated, models.Model):
+    fixed_fields = {"slug": "A tenant's slug does not change."}
+
     slug = models.CharField(max_length=64, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=200)
     active = models.BooleanField(default=True)
@@ -96,7 +140,7 @@ class Tenant(models.Model):
         return self.slug
 
     def clean(self):
-        errors = {}
+        errors = self.fixed_field_errors()
         for kind in Kind.values:
             rate, burst = getattr(self, f"{kind}_rate"), getattr(self, f"{kind}_burst")
             if (rate is None) != (burst is None):
@@ -117,8 +161,10 @@ class LimitOverrideQuerySet(models.QuerySet):
         return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
 
 
-class LimitOverride(models.Model):
+class LimitOverride(FixedOnceCreated, models.Model):
     """Staff's word on one kind of one tenant's limit, above the tenant's own. One per kind."""
+
+    fixed_fields = {"tenant": TENANT_FIXED}
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="overrides")
     kind = models.CharField(max_length=8, choices=Kind.choices)
@@ -147,7 +193,10 @@ class LimitOverride(models.Model):
         return f"{self.tenant_id}:{self.kind} {self.rate:g}/s burst {self.burst}"
 
     def clean(self):
-        errors = _limit_errors({"rate": "rate", "burst": "burst"}, self.rate, self.burst)
+        errors = {
+            **self.fixed_field_errors(),
+            **_limit_errors({"rate": "rate", "burst": "burst"}, self.rate, self.burst),
+        }
         if errors:
             raise ValidationError(errors)
 
@@ -165,8 +214,10 @@ class ApiTokenQuerySet(models.QuerySet):
         return self.filter(revoked_at__isnull=True).filter(Q(tenant__active=True) | Q(user__is_active=True))
 
 
-class ApiToken(models.Model):
+class ApiToken(FixedOnceCreated, models.Model):
     """A REST client's credential, for a tenant or a staff user (``limits.tokens`` explains)."""
+
+    fixed_fields = {"tenant": TENANT_FIXED, "user": "The user of an existing token does not change."}
 
     name = models.CharField(max_length=100, help_text="What uses this token, e.g. 'billing service'.")
     key_id = models.CharField(max_length=12, unique=True, editable=False)
@@ -197,7 +248,7 @@ class ApiToken(models.Model):
 
     def clean(self):
         # The name's rule is here rather than a field validator, which would need a migration.
-        errors = {}
+        errors = self.fixed_field_errors()
         if TOKEN_NAME_FORBIDDEN.search(self.name or ""):
             errors["name"] = TOKEN_NAME_RULE
         if (self.tenant_id is None) == (self.user_id is None):

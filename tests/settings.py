@@ -11,7 +11,7 @@ os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret-" + "x" * 32)
 
 from urllib.parse import urlsplit, urlunsplit  # noqa: E402
 
-from ankusa_site.env import env_int  # noqa: E402
+from ankusa_site.env import env_int, env_networks  # noqa: E402
 from ankusa_site.settings import *  # noqa: E402
 
 TEST_REDIS_DB = env_int("ANKUSA_TEST_REDIS_DB", 15, minimum=0, maximum=15)
@@ -31,3 +31,7 @@ STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.Static
 # Serve static files from the apps' folders (no collectstatic before a test run).
 STATIC_ROOT = None
 WHITENOISE_USE_FINDERS = True
+# The tests' receivers listen on loopback; the egress tests narrow this again where they need to.
+ANKUSA_CONNECTOR_ALLOWED_NETWORKS = env_networks(
+    "ANKUSA_CONNECTOR_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"]
+)

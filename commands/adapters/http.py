@@ -6,6 +6,10 @@ a retry is the retry decision's business, never the client's.
 
 Each request carries ``Idempotency-Key: <command id>`` so a receiver can dedupe our retries, and
 the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``).
+The connector's own headers go too, but never a framing or hop-by-hop one, one a send sets itself
+or the credential's (:func:`sent_headers`; refused when saved, left out for rows saved before).
+Every new connection goes only to an address ``commands.adapters.egress`` allows, checked where it
+connects; a refused one is ``after-fix``.
 
 The outlook of a failure, in precedence order:
 
@@ -37,7 +41,7 @@ from urllib.parse import urlsplit
 import urllib3
 from django.conf import settings
 
-from commands.adapters import EXCERPT_CHARS, Outcome
+from commands.adapters import EXCERPT_CHARS, Outcome, egress
 from commands.retry import Outlook
 
 AGAIN_STATUSES = frozenset({408, 425, 429})
@@ -54,6 +58,35 @@ HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _NOT_IN_HEADER_VALUE = re.compile(r"[^\t\x20-\x7e\xa0-\xff]")
 # Not quoted either: a name that is no token may hold a CR or LF.
 BAD_HEADER_NAME = "a header name is not a valid HTTP header name"
+# Headers a connector's own headers may not name (any case). Framing and hop-by-hop headers
+# (RFC 9110 §7.6.1, RFC 9112 §6): a Content-Length or Transfer-Encoding of its own sent before our
+# body desynchronises requests and answers on a kept-alive connection, a Host of its own sends the
+# request to another virtual host than the URL names. And the ones a send sets itself.
+FRAMING_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade"}
+)
+DISPATCH_HEADERS = frozenset({"content-type", "idempotency-key"})
+
+
+def reserved_header_problem(name: str) -> str | None:
+    """Why a connector's headers may not set ``name`` (None: they may)."""
+    lowered = name.lower()
+    if lowered in FRAMING_HEADERS or lowered.startswith("proxy-"):
+        return "is a framing or hop-by-hop header, which the connection sets itself"
+    if lowered in DISPATCH_HEADERS:
+        return "is set by every send itself"
+    return None
+
+
+def sent_headers(connector) -> dict[str, str]:
+    """The connector's own headers as a send carries them: without the reserved ones and the one
+    the credential goes in (rows saved before those rules), whatever their case."""
+    secret_header = (connector.secret_header or "").lower()
+    return {
+        str(name): str(value)
+        for name, value in (connector.headers or {}).items()
+        if reserved_header_problem(str(name)) is None and str(name).lower() != secret_header
+    }
 
 
 def header_value_problem(value: str) -> str | None:
@@ -122,6 +155,9 @@ def pool() -> urllib3.PoolManager:
             _pool = urllib3.PoolManager(
                 num_pools=64, maxsize=settings.ANKUSA_DISPATCH_CONCURRENCY, retries=False
             )
+            # Each new connection resolves its host once, checks every address and connects to a
+            # checked one (commands.adapters.egress).
+            _pool.pool_classes_by_scheme = egress.POOL_CLASSES
         return _pool
 
 
@@ -199,6 +235,8 @@ class HttpAdapter:
             found.append("the URL carries credentials; put them in the secret instead")
         elif problem := url_port_problem(connector.url):
             found.append(problem)
+        elif problem := egress.known_problem(parts.hostname):  # names are judged as they resolve
+            found.append(problem)
         if connector.secret_header and not connector.secret:
             found.append(f"missing credential for the {connector.secret_header} header")
         elif connector.secret_header and (problem := header_value_problem(connector.secret)):
@@ -208,7 +246,7 @@ class HttpAdapter:
 
     def send(self, command) -> Outcome:
         connector = command.connector
-        headers = {str(k): str(v) for k, v in (connector.headers or {}).items()}
+        headers = sent_headers(connector)
         headers["Content-Type"] = "application/json"
         headers["Idempotency-Key"] = str(command.pk)
         if connector.secret_header:
@@ -224,6 +262,10 @@ class HttpAdapter:
                 headers=headers,
                 timeout=timeout,
                 preload_content=False,
+            )
+        except egress.DestinationRefused as exc:
+            return Outcome(
+                ok=False, outlook=Outlook.AFTER_FIX, detail=str(exc), error_class="DestinationRefused"
             )
         except urllib3.exceptions.HTTPError as exc:
             reason = getattr(exc, "reason", None) or exc

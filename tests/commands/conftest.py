@@ -63,9 +63,15 @@ def fresh_store():
 
 @pytest.fixture
 def hook_source(tenant, make_connector):
-    """``acme/orders``: GitHub-signed, deduped on X-GitHub-Delivery, fanning out to two connectors."""
+    """``acme/orders``: GitHub-signed, deduped on X-GitHub-Delivery (not on its body: these tests
+    send one body under several ids; test_body_dedupe covers that), fanning out to two connectors."""
     source = Source.objects.create(
-        tenant=tenant, slug="orders", verifier="github", verifier_secrets=[HOOK_SECRET], dedupe_key="github"
+        tenant=tenant,
+        slug="orders",
+        verifier="github",
+        verifier_secrets=[HOOK_SECRET],
+        dedupe_key="github",
+        dedupe_body=False,
     )
     source.connectors.set(
         [
