@@ -21,7 +21,7 @@ import hmac
 
 from django import forms
 from django.conf import settings
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -38,10 +38,12 @@ from commands.admin_lists import (
     ErrorClassFilter,
     SkipReasonFilter,
     age,
+    next_check,
     pretty_json,
     reason_badge,
     short_error,
 )
+from commands.explain import explain, urgency, waiting_for
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, FailedCommand, Source
 from commands.states import State
 
@@ -104,6 +106,13 @@ class ConnectorAdmin(ModelAdmin):
 
     def get_fieldsets(self, request, obj=None):
         return without_secrets(self, request, obj, super().get_fieldsets(request, obj), SECRET_FIELDS)
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        # What the save did to its waiting commands (Connector.save decided again on them).
+        reconsidered = getattr(obj, "reconsidered", None)
+        if reconsidered is not None and (reconsidered.going or reconsidered.parked):
+            self.message_user(request, reconsidered.summary(), messages.INFO)
 
     @admin.display(description="secret")
     def secret_set(self, obj: Connector) -> str:
@@ -213,8 +222,6 @@ STATE_FIELDS = [
     "state_changed_at",
     "last_outlook",
     "attempts",
-    "next_attempt_at",
-    "skip_reason",
     "skip_decided_at",
     "last_error_class",
     "last_error",
@@ -224,7 +231,8 @@ STATE_FIELDS = [
     "created_at",
 ]
 # The detail page's read-only views of a command: why it waits, its payload, where it goes, its
-# attempts across resends, and what staff did to it.
+# attempts across resends, and what staff did to it. The stored skip reason and due time are not
+# shown beside "why": it says both in words (an after-fix command is stored as backing off).
 DETAIL_FIELDS = ["why", "age", "connector_link", "pretty_payload", "history", "audit"]
 # A resend chain longer than this is shown cut: no person makes 50 copies of one instruction.
 MAX_CHAIN = 50
@@ -258,11 +266,11 @@ class CommandDetail:
     # List columns, shared by both lists (``why`` is one of them, and a field of the page).
     @admin.display(description="next check", ordering="next_attempt_at")
     def next_check(self, command: Command):
-        return command.next_attempt_at or "-"
+        return next_check(command)
 
     @admin.display(description="why it waits")
     def why(self, command: Command):
-        return reason_badge(command) if command.pk else "-"
+        return reason_badge(command, detail=True) if command.pk else "-"
 
     @admin.display(description="age")
     def age(self, command: Command) -> str:
@@ -273,13 +281,26 @@ class CommandDetail:
         if not command.connector_id:
             return "-"
         connector = command.connector
-        problems = "; ".join(adapters.problems(connector)) or "none found"
+        notes = []
+        if problems := adapters.problems(connector):
+            notes.append(f"its configuration: {'; '.join(problems)}")
+        # What the receiver said counts too: a 401 is no problem of the stored configuration.
+        waiting = Command.objects.filter(waiting_for("after-fix"), connector=connector, state=State.FAILED)
+        if count := waiting.count():
+            notes.append(f"{count} of its failed commands wait for a configuration fix")
+        explanation = explain(command)
+        hint = ""
+        if explanation.fix_helps:  # only where editing the connector can release this command
+            hint = (
+                " Edit it to release this command: saving re-decides its waiting commands, and those "
+                "released go within the dispatch poll."
+            )
         return format_html(
-            '<a href="{}">{}</a> — edit it to fix its configuration (problems: {}). Saving it makes its '
-            "after-fix commands due at once.",
+            '<a href="{}">{}</a>{}{}',
             reverse("admin:commands_connector_change", args=[connector.pk]),
             connector,
-            problems,
+            f" ({'; '.join(notes)})." if notes else "",
+            hint,
         )
 
     @admin.display(description="payload")
@@ -429,7 +450,7 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
         "tenant",
         "connector_column",
         "state",
-        "why",
+        "why_first",
         "last_outlook",
         "attempts",
         "next_check",
@@ -447,7 +468,8 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     ]
     list_select_related = ["tenant", "connector"]
     search_fields = ["=id", "=idempotency_key", "last_error", "last_error_class"]
-    ordering = ["skip_reason", "-id"]
+    # What needs a person first, then oldest first (``admin_lists.URGENCY``); the header says so.
+    ordering = ["urgency", "id"]
     show_full_result_count = False
     paginator = CappedPaginator
     list_per_page = 100
@@ -456,7 +478,13 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     readonly_fields = fields
 
     def get_queryset(self, request):
-        return super().get_queryset(request).filter(state=State.FAILED)
+        # Annotated before the admin orders by it (ModelAdmin.get_queryset orders at once).
+        failed = self.model._default_manager.filter(state=State.FAILED).annotate(urgency=urgency())
+        return failed.order_by(*self.get_ordering(request))
+
+    @admin.display(description="why it waits", ordering="urgency")
+    def why_first(self, command: Command):
+        return reason_badge(command)
 
     def has_add_permission(self, request) -> bool:
         return False  # commands come from intake, the API or the command list

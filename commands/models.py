@@ -23,8 +23,10 @@
 * ``Attempt``: one dispatch of one command, written once and complete when the send ends (or by
   the recovery, for a send whose worker died); the dispatch loop never rewrites or deletes one.
 
-Saving a connector makes its ``after-fix`` commands due at once (:meth:`Connector.save`): the fix
-a person just made should not wait out the 10-minute re-check period.
+Saving a connector decides again on its waiting commands in the same transaction
+(:meth:`Connector.save`, ``commands.actions.reconsider``): its ``after-fix`` commands, and its
+``not-idempotent`` ones once it is declared idempotent, are queued at once — the fix a person just
+made should not wait out the 10-minute re-check period, nor the next round.
 """
 
 from __future__ import annotations
@@ -198,7 +200,9 @@ class Connector(models.Model):
     def save(self, *args, **kwargs) -> None:
         with transaction.atomic():
             super().save(*args, **kwargs)
-            Command.objects.waiting_for_fix(self).make_due(timezone.now())
+            from commands.actions import reconsider  # above this module: it queues, through dispatch
+
+            self.reconsidered = reconsider(self)
 
 
 VERIFIER_LABELS = {
