@@ -22,12 +22,13 @@ import hmac
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from ankusa_site.admin import ModelAdmin
+from ankusa_site.admin import ModelAdmin, parse_id
 from commands import adapters
 from commands.admin_actions import CommandActions
 from commands.admin_lists import (
@@ -43,7 +44,7 @@ from commands.admin_lists import (
     reason_badge,
     short_error,
 )
-from commands.explain import explain, urgency, waiting_for
+from commands.explain import URGENCY, explain, urgency, waiting_for
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, FailedCommand, Source
 from commands.states import State
 
@@ -481,6 +482,23 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
         # Annotated before the admin orders by it (ModelAdmin.get_queryset orders at once).
         failed = self.model._default_manager.filter(state=State.FAILED).annotate(urgency=urgency())
         return failed.order_by(*self.get_ordering(request))
+
+    def changelist_view(self, request, extra_context=None):
+        order = [label for label, _ in URGENCY]  # said above the list (its template)
+        return super().changelist_view(request, {"urgency_order": order, **(extra_context or {})})
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # A command that left the failed list (it succeeded, say) is shown where every command is,
+        # not as "doesn't exist": a link to it from this list may be older than its last send.
+        pk = parse_id(object_id)
+        if pk is not None and not self.get_queryset(request).filter(pk=pk).exists():
+            command = Command.objects.filter(pk=pk).only("state").first()
+            if command is not None:
+                self.message_user(
+                    request, f"Command {pk} is not failed any more ({command.state}).", messages.INFO
+                )
+                return HttpResponseRedirect(reverse("admin:commands_command_change", args=[pk]))
+        return super().change_view(request, object_id, form_url, extra_context)
 
     @admin.display(description="why it waits", ordering="urgency")
     def why_first(self, command: Command):

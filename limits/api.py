@@ -230,6 +230,6 @@ class TenantLimit(Access, APIView):
     @extend_schema(responses={204: None, **errors(401, 403, 404)})
     def delete(self, request, slug: str, kind: str):
         tenant, kind = self.tenant_and_kind(slug, kind)
-        if not actions.remove_override(tenant, kind):
+        if not actions.remove_override(tenant, kind, by=request.user):
             raise exceptions.NotFound(f"Tenant {tenant.slug} has no {kind} override.")
         return Response(status=status.HTTP_204_NO_CONTENT)
