@@ -84,7 +84,7 @@ class TenantAdmin(ModelAdmin):
             return "-"
         parts = []
         for kind, limit in effective_limits(tenant).items():
-            text = f"{kind}: {scoped(limit)}"
+            text = f"{kind}: {limit.describe()}"
             if limit.override is not None and limit.override.expires_at:
                 text += f" until {limit.override.expires_at:%Y-%m-%d %H:%M} UTC"
             parts.append(text)

@@ -116,7 +116,10 @@ def test_cancel_is_a_compare_and_set(call, failed):
     second = call("operator", "POST", f"/api/v1/commands/{target.pk}/cancel/", {})
     assert (first[0], first[1]["done"]) == (200, 1)
     assert (second[0], second[1]["error"]) == (409, "nothing_to_do")
-    assert second[1]["detail"] == "Nothing to cancel: none of the 1 command(s) can be cancelled; 1 cannot: 1 already finished."
+    assert (
+        second[1]["detail"]
+        == "Nothing to cancel: none of the 1 command(s) can be cancelled; 1 cannot: 1 already finished."
+    )
     target.refresh_from_db()
     assert target.state == State.CANCELLED
 

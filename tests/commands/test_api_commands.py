@@ -35,7 +35,10 @@ def test_the_failed_list_explains_why_each_command_waits(world, call):
     assert (row["state"], row["skip_reason"], row["tenant"], row["connector_name"]) == (
         "failed", "backing-off", "acme", "billing",
     )  # fmt: skip
-    assert row["skip_explanation"] == "the receiver asks for a configuration fix — checked again at the next round"
+    assert (
+        row["skip_explanation"]
+        == "the receiver asks for a configuration fix — checked again at the next round"
+    )
     assert row["why"]["key"] == "after-fix" and row["why"]["by"] == "machine"
     assert "payload" not in row
 
