@@ -234,7 +234,7 @@ STATE_FIELDS = [
 # The detail page's read-only views of a command: why it waits, its payload, where it goes, its
 # attempts across resends, and what staff did to it. The stored skip reason and due time are not
 # shown beside "why": it says both in words (an after-fix command is stored as backing off).
-DETAIL_FIELDS = ["why", "age", "connector_link", "pretty_payload", "history", "audit"]
+DETAIL_FIELDS = ["why_in_full", "age", "connector_link", "pretty_payload", "history", "audit"]
 # A resend chain longer than this is shown cut: no person makes 50 copies of one instruction.
 MAX_CHAIN = 50
 AUDIT_SHOWN = 20
@@ -271,6 +271,10 @@ class CommandDetail:
 
     @admin.display(description="why it waits")
     def why(self, command: Command):
+        return reason_badge(command) if command.pk else "-"
+
+    @admin.display(description="why it waits")
+    def why_in_full(self, command: Command):  # the page's: with what to do
         return reason_badge(command, detail=True) if command.pk else "-"
 
     @admin.display(description="age")
