@@ -195,7 +195,7 @@ class Explanation:
 
     @property
     def next_check(self) -> datetime | None:
-        """When the machine looks at it again; None when it never will by itself, or at once."""
+        """When the machine looks at it again; None when only a person can move it, or at the next round."""
         return self.at if self.by == MACHINE else None
 
     def when(self) -> str:
