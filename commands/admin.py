@@ -473,8 +473,6 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     ]
     list_select_related = ["tenant", "connector"]
     search_fields = ["=id", "=idempotency_key", "last_error", "last_error_class"]
-    # What needs a person first, then oldest first (``admin_lists.URGENCY``); the header says so.
-    ordering = ["urgency", "id"]
     show_full_result_count = False
     paginator = CappedPaginator
     list_per_page = 100
@@ -487,8 +485,24 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
         failed = self.model._default_manager.filter(state=State.FAILED).annotate(urgency=urgency())
         return failed.order_by(*self.get_ordering(request))
 
+    def get_ordering(self, request):
+        # What needs a person first, then oldest first (``explain.URGENCY``, served by the index
+        # commands_failed_urgency_idx); the header says so. Not ``ordering``: it names fields only.
+        # Within one reason (its filter) all share a rank: oldest first, backwards along
+        # commands_failed_idx (skip_reason, -id), which serves that filter.
+        if request.GET.get(SkipReasonFilter.parameter_name):
+            return ["-skip_reason", "id"]
+        return ["urgency", "id"]
+
+    def get_changelist(self, request, **kwargs):
+        # Django marks the header's sorted columns by the ``ordering`` attribute alone: this one's.
+        ordering = self.get_ordering(request)
+        base = super().get_changelist(request, **kwargs)
+        return type("FailedChangeList", (base,), {"_get_default_ordering": lambda changelist: ordering})
+
     def changelist_view(self, request, extra_context=None):
-        order = [label for label, _ in URGENCY]  # said above the list (its template)
+        # The order, said above the list (its template) when it is the default one.
+        order = [] if request.GET.get(SkipReasonFilter.parameter_name) else URGENCY
         return super().changelist_view(request, {"urgency_order": order, **(extra_context or {})})
 
     def change_view(self, request, object_id, form_url="", extra_context=None):

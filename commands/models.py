@@ -38,7 +38,8 @@ from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MinValueValidator, URLValidator
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from commands import adapters, event_keys, signatures
@@ -49,6 +50,7 @@ from commands.adapters.http import (
     url_carries_credentials,
     url_port_problem,
 )
+from commands.explain import URGENCY_SQL
 from commands.retry import Outlook, SkipReason
 from commands.states import State, next_state
 from limits.models import Tenant, slug_validator
@@ -447,6 +449,14 @@ class Command(models.Model):
             # The failed list, filtered by skip reason, newest first.
             models.Index(
                 fields=["skip_reason", "-id"], name="commands_failed_idx", condition=Q(state=State.FAILED)
+            ),
+            # The failed list's default order: what needs a person first, then oldest first
+            # (commands.explain.urgency() — the same SQL text, which SQLite needs to use it).
+            models.Index(
+                RawSQL(URGENCY_SQL, []),
+                F("id"),
+                name="commands_failed_urgency_idx",
+                condition=Q(state=State.FAILED),
             ),
             # The recovery: commands stuck in queued/dispatching, oldest state change first.
             models.Index(

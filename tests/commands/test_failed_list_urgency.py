@@ -101,3 +101,13 @@ def test_a_command_that_never_existed_is_still_not_found(staff, db):
     response = staff.get(reverse("admin:commands_failedcommand_change", args=[987654]), follow=True)
     assert not Command.objects.exists()
     assert "doesn’t exist" in response.content.decode()
+
+
+def test_within_one_reason_the_oldest_comes_first_and_no_urgency_note_is_shown(staff, make_connector):
+    connector = make_connector(url="http://127.0.0.1:9/", idempotent=True)
+    undecided = make_failed(connector, outlook="after-fix", reason="")
+    older = make_failed(connector, outlook="after-fix", reason="backing-off")
+    newer = make_failed(connector, outlook="after-fix", reason="backing-off")
+    page = staff.get(LIST, {"reason": "after-fix"})
+    assert [c.pk for c in page.context["cl"].result_list] == [older.pk, newer.pk, undecided.pk]
+    assert 'id="ankusa-order"' not in page.content.decode()
