@@ -464,6 +464,7 @@ class Reconsidered:
         return text + "."
 
 
+@transaction.atomic  # joins the caller's (Connector.save's): the rows stay locked until it commits
 def reconsider(connector, *, now: datetime | None = None) -> Reconsidered:
     """Decide again on ``connector``'s failed commands whose decision depends on it, and queue
     those that go now — in the caller's transaction (``Connector.save``'s), so the change and its
@@ -477,9 +478,14 @@ def reconsider(connector, *, now: datetime | None = None) -> Reconsidered:
     """
     now = now or timezone.now()
     result = Reconsidered()
-    rows = Command.objects.filter(
+    waiting = Command.objects.filter(
         connector=connector, state=State.FAILED, resend_by__isnull=True, last_outlook__in=RETRYABLE
-    ).values_list("pk", "last_outlook", "attempts", "next_attempt_at", "skip_reason")
+    )
+    # Locked until the save commits, so a sweep or a resend cannot move one between this decision
+    # and its write; one a sweeper holds is left to that sweeper, which decides with the new row.
+    rows = waiting.select_for_update(skip_locked=True, of=("self",)).values_list(
+        "pk", "last_outlook", "attempts", "next_attempt_at", "skip_reason"
+    )
     released: list[int] = []
     parked: dict[str, list[int]] = {}
     for pk, outlook, attempts, next_attempt_at, skip_reason in rows.iterator(chunk_size=2000):

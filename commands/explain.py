@@ -205,6 +205,8 @@ class Explanation:
     todo: str
     tone: str
     fix_helps: bool = False
+    # When the machine acts at no set time: the next round (the sweep), or the next poll (queued).
+    soon: str = "at the next round"
 
     @property
     def next_check(self) -> datetime | None:
@@ -215,11 +217,12 @@ class Explanation:
         if self.by == PERSON:
             return f" from {stamp(self.at)}" if self.at else ""
         if self.by == MACHINE:
-            return f" at {stamp(self.at)}" if self.at else " at the next round"
+            return f" at {stamp(self.at)}" if self.at else f" {self.soon}"
         return ""
 
     def line(self) -> str:
-        """ "the last of 3 tries failed; no tries left — waits for a person from 13:40"."""
+        """The reason, the next event and when, in one line: "the last of 3 tries failed; no tries
+        left — waits for a person from 2026-12-01 13:40 UTC"."""
         return f"{self.reason} — {self.next}{self.when()}"
 
     def as_dict(self) -> dict:
@@ -287,17 +290,12 @@ def _state(command, now: datetime) -> Explanation:
             "nothing to do",
             "wait",
         )
-    if state in (State.QUEUED, State.DISPATCHING):
-        return Explanation(
-            "",
-            state.label,
-            "being sent",
-            "its outcome is recorded when the send ends",
-            NOBODY,
-            None,
-            "nothing to do",
-            "wait",
-        )
+    if state == State.QUEUED:
+        return Explanation("", "queued", "queued for its send", "sent", MACHINE, None, "nothing to do", "wait",
+                           soon="at the next dispatch poll")  # fmt: skip
+    if state == State.DISPATCHING:
+        return Explanation("", "dispatching", "being sent", "its outcome is recorded when the send ends",
+                           NOBODY, None, "nothing to do", "wait")  # fmt: skip
     return Explanation(
         "",
         state.label,

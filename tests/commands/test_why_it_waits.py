@@ -156,3 +156,22 @@ def test_the_connector_on_a_page_counts_its_commands_that_wait_for_a_fix(staff, 
     html = page_of(staff, commands[0])
     assert "3 of its failed commands wait for a configuration fix" in html
     assert "none found" not in html
+
+
+@pytest.mark.parametrize(
+    ("state", "line", "by"),
+    [
+        (State.DRAFT, "a draft — waits for a person to approve it", "person"),
+        (State.APPROVED, "approved, its first attempt not made yet — sent at the next round", "machine"),
+        (State.QUEUED, "queued for its send — sent at the next dispatch poll", "machine"),
+        (State.DISPATCHING, "being sent — its outcome is recorded when the send ends", "nobody"),
+        (State.CANCELLED, "cancelled: finished — nothing happens any more", "nobody"),
+    ],
+)
+def test_a_command_that_is_not_failed_says_what_comes_next_too(
+    staff, make_connector, make_command, state, line, by
+):
+    command = make_command(make_connector(kind="log"), state=state)
+    assert line in staff.get(ALL_LIST).content.decode()
+    why = api_row(command)["why"]
+    assert (why["text"], why["by"]) == (line, by)
