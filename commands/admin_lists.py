@@ -1,15 +1,16 @@
 """The pieces of the command lists that must stay cheap on 100,000+ rows: filters, the paginator,
 and the columns that say why a command waits.
 
-* **Why it waits** comes from ``commands.explain`` (one explanation per skip reason, plus
-  ``after-fix``, which is an outlook: a command whose adapter asked for a configuration fix explains
-  itself by it while it backs off). The skip-reason filter and the dashboard's counts use the same
-  rule (:func:`waits_for`), so a badge, a filter and a count never disagree.
+* **Why it waits** comes from ``commands.explain``: the badge, the line under it (the reason, the
+  next event and when) and the next-check column. The skip-reason filter, the API's ``skip_reason``
+  and the dashboard's counts use its rule (``waits_for`` / ``waiting_for``), so a badge, a filter
+  and a count never disagree.
 * **No full count.** The list sets ``show_full_result_count = False`` and pages with
   :class:`CappedPaginator`, which counts at most ``CAP + 1`` rows: on 100,000 failed commands the
   page costs what it costs on 10,000, and the page says "more than 10,000" instead of a number
-  nobody needs exactly. An action "on everything matching the filter" still acts on every row; its
-  confirmation page counts them (the dry run), once, when someone asked for it.
+  nobody needs exactly — in the count, the search's count and the "select all" text alike. An
+  action "on everything matching the filter" still acts on every row; its confirmation page counts
+  them (the dry run), once, when someone asked for it, and says the list showed only the first.
 * **Filters whose choices cost a query** read a bounded sample: the error classes of the
   ``ERROR_CLASS_SAMPLE`` first failed commands in the failed index's order. A class outside the sample
   is still reachable by search (error text) or ``?last_error_class=...``.
