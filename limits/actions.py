@@ -24,13 +24,13 @@ from limits.store import Error, get_store
 logger = logging.getLogger("ankusa.limits")
 
 
-def record_history(user, tenant: Tenant, flag: int, message: str) -> None:
+def record_history(user, tenant: Tenant, flag: int, message: str, *, via: str) -> None:
     """A line in the tenant's admin history (what the admin writes for its own edits), so a change
     made through the API or the shell shows there too. Without a staff user there is no line."""
     if not isinstance(user, get_user_model()) or user.pk is None:
         return
     LogEntry.objects.log_actions(
-        user.pk, [tenant], flag, change_message=f"{message} (via the API)", single_object=True
+        user.pk, [tenant], flag, change_message=f"{message} (via {via})", single_object=True
     )
 
 
@@ -59,6 +59,7 @@ def set_override(
     reason: str = "",
     expires_at: datetime | None = None,
     by=None,
+    via: str = "the API",
     now: datetime | None = None,
 ) -> tuple[LimitOverride, bool]:
     """Create or replace ``tenant``'s override of ``kind``; returns it and whether it is new.
@@ -85,16 +86,17 @@ def set_override(
         CHANGE,
         f"{'Added' if created else 'Changed'} the {kind} override: {override.rate:g}/s, "
         f"burst {override.burst}{until} — {override.reason}",
+        via=via,
     )
     reset_buckets_on_commit(tenant)
     return override, created
 
 
 @transaction.atomic
-def remove_override(tenant: Tenant, kind: str, *, by=None) -> bool:
+def remove_override(tenant: Tenant, kind: str, *, by=None, via: str = "the API") -> bool:
     """Delete ``tenant``'s override of ``kind``; False when there was none."""
     deleted, _ = LimitOverride.objects.filter(tenant=tenant, kind=kind).delete()
     if deleted:
-        record_history(by, tenant, CHANGE, f"Removed the {kind} override.")
+        record_history(by, tenant, CHANGE, f"Removed the {kind} override.", via=via)
         reset_buckets_on_commit(tenant)
     return bool(deleted)
