@@ -4,7 +4,7 @@ REST API alike, which only collect the choice and show the answer.
 Every action works on a queryset (a selection, or everything matching a filter) in two steps:
 
 * :func:`plan` — the dry run: how many would change, and why the others would not, by eligibility
-  ("40 will be resent, 12 need an override: connector not idempotent, 3 outcome unknown"). One
+  ("40 will be resent, 12 need an override: 9 connector not idempotent, 3 outlook unknown"). One
   GROUP BY query, whatever the size of the selection; nothing is written.
 * :func:`perform` — the same classification, applied: each change is a compare-and-set (an UPDATE
   whose WHERE repeats the eligibility), so of two people resending one command one wins, and a
@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -39,6 +40,7 @@ from django.db.models import Case, CharField, Count, Q, Value, When
 from django.utils import timezone
 
 from ankusa_site.logs import log_event
+from commands import dispatch, retry
 from commands.models import AuditEntry, Command
 from commands.retry import Outlook
 from commands.states import Event, State
@@ -75,7 +77,7 @@ class Refused(Exception):
 
 WILL = "will"
 NOT_IDEMPOTENT = "connector not idempotent"
-UNKNOWN = "outcome unknown"
+UNKNOWN = "outlook unknown"  # the skip reason's own words (retry.SkipReason)
 RETRYABLE = [Outlook.AGAIN.value, Outlook.AFTER_FIX.value]
 
 
@@ -247,6 +249,24 @@ def _clean_reason(reason: str, *, required: bool) -> str:
     return reason
 
 
+def nothing_to_do(action: str, counts: dict[str, int], *, user, override: bool) -> str:
+    """Why an act would change nothing, and what would help (tick the override, ask an admin)."""
+    guarded = {category: n for category, n in counts.items() if _needs_override(category)}
+    rest = {category: n for category, n in counts.items() if category not in guarded}
+    text = f"Nothing to {action}: none of the {sum(counts.values())} command(s) can be {DONE_WORDS[action]}"
+    if guarded and not override:
+        text += f"; {sum(guarded.values())} need an override ({_phrase(guarded)})"
+        if user.has_perm(OVERRIDE_PERMISSION):
+            text += ": tick the override and say why sending again is safe"
+        else:
+            text += (
+                ": only someone with the override permission (the admin group) can resend them; ask an admin"
+            )
+    if rest:
+        text += f"; {sum(rest.values())} cannot: {_phrase(rest)}"
+    return text + "."
+
+
 def resend_due_times(count: int, now: datetime, *, per_second: float, rng: random.Random) -> list[datetime]:
     """Due times for ``count`` resends: the i-th at ``i / per_second`` seconds, plus a jitter of up
     to half a slot, so no second holds more than ``per_second + 1`` of them."""
@@ -272,6 +292,8 @@ def perform(
     now = now or timezone.now()
     counts = _classify(action, queryset)
     ids = list(queryset.filter(_eligible(action, override)).order_by("pk").values_list("pk", flat=True))
+    if not ids:  # nothing to do is a refusal, not an act: no audit row
+        raise Refused("nothing_to_do", nothing_to_do(action, counts, user=user, override=override))
     changed: list[int] = []
     due = {}
     if action == "resend":
@@ -418,3 +440,83 @@ def new_command(
         entry.commands.add(original.pk, copy.pk)
     log_event(logger, "new_command", by=entry.username, via=via, original=original.pk, command=copy.pk)
     return copy
+
+
+# --- a connector changed: its waiting commands decided again ---------------------------------------
+
+
+@dataclass
+class Reconsidered:
+    """What a connector's change did to its waiting commands: ``going`` are queued now (the
+    dispatch poll sends them within ``ANKUSA_DISPATCH_POLL_S``), ``parked`` newly wait, by reason."""
+
+    going: int = 0
+    parked: Counter = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        poll = f"{settings.ANKUSA_DISPATCH_POLL_S:g} s"
+        if self.going:
+            text = f"{self.going} of its commands will now go: queued now, sent within the dispatch poll ({poll})"
+        else:
+            text = "None of its waiting commands goes because of this change"
+        if self.parked:
+            text += f"; {sum(self.parked.values())} now wait: {_phrase(self.parked)}"
+        return text + "."
+
+
+@transaction.atomic  # joins the caller's (Connector.save's): the rows stay locked until it commits
+def reconsider(connector, *, now: datetime | None = None) -> Reconsidered:
+    """Decide again on ``connector``'s failed commands whose decision depends on it, and queue
+    those that go now — in the caller's transaction (``Connector.save``'s), so the change and its
+    consequences commit together and the dispatch poll sends them, not the next round.
+
+    A stored skip reason is a cached decision: declaring the connector idempotent releases its
+    ``not-idempotent`` commands, any save releases its ``after-fix`` ones (the fix a person just made
+    should not wait out the re-check period), and un-declaring idempotency parks its retries. The
+    decision is ``retry.decide``'s, with the connector as it is now; a pending resend is left alone
+    (a person decided), and so are outlooks no connector changes (``never``, unknown).
+    """
+    now = now or timezone.now()
+    result = Reconsidered()
+    waiting = Command.objects.filter(
+        connector=connector, state=State.FAILED, resend_by__isnull=True, last_outlook__in=RETRYABLE
+    )
+    # Locked until the save commits, so a sweep or a resend cannot move one between this decision
+    # and its write; one a sweeper holds is left to that sweeper, which decides with the new row.
+    rows = waiting.select_for_update(skip_locked=True, of=("self",)).values_list(
+        "pk", "last_outlook", "attempts", "next_attempt_at", "skip_reason"
+    )
+    released: list[int] = []
+    parked: dict[str, list[int]] = {}
+    for pk, outlook, attempts, next_attempt_at, skip_reason in rows.iterator(chunk_size=2000):
+        after_fix = outlook == Outlook.AFTER_FIX
+        decision = retry.decide(
+            dispatchable=True,
+            outlook=outlook,
+            attempts=attempts,
+            next_attempt_at=None if after_fix else next_attempt_at,  # a fix is checked at once
+            idempotent=connector.idempotent,
+            now=now,
+        )
+        if decision.take:
+            released.append(pk)
+        elif decision.skip != skip_reason:
+            parked.setdefault(decision.skip, []).append(pk)
+    for start in range(0, len(released), CHUNK):
+        chunk = released[start : start + CHUNK]
+        Command.objects.filter(pk__in=chunk, state=State.FAILED).update(
+            next_attempt_at=now, skip_reason="", skip_decided_at=None
+        )
+    for reason, ids in parked.items():
+        for start in range(0, len(ids), CHUNK):
+            Command.objects.filter(pk__in=ids[start : start + CHUNK], state=State.FAILED).update(
+                skip_reason=reason, skip_decided_at=now
+            )
+        result.parked[reason] = len(ids)
+    if released:
+        result.going = dispatch.sweep(now, connector=connector.pk).taken
+    if released or parked:
+        log_event(
+            logger, "reconsidered", connector=connector.pk, going=result.going, parked=dict(result.parked)
+        )
+    return result

@@ -21,13 +21,14 @@ import hmac
 
 from django import forms
 from django.conf import settings
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from ankusa_site.admin import ModelAdmin
+from ankusa_site.admin import ModelAdmin, parse_id
 from commands import adapters
 from commands.admin_actions import CommandActions
 from commands.admin_lists import (
@@ -38,10 +39,12 @@ from commands.admin_lists import (
     ErrorClassFilter,
     SkipReasonFilter,
     age,
+    next_check,
     pretty_json,
     reason_badge,
     short_error,
 )
+from commands.explain import URGENCY, explain, urgency, waiting_for
 from commands.models import (
     OWN_CONNECTORS_ONLY,
     Attempt,
@@ -116,6 +119,13 @@ class ConnectorAdmin(ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [*super().get_readonly_fields(request, obj), *(["tenant"] if obj else [])]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        # What the save did to its waiting commands (Connector.save decided again on them).
+        reconsidered = getattr(obj, "reconsidered", None)
+        if reconsidered is not None and (reconsidered.going or reconsidered.parked):
+            self.message_user(request, reconsidered.summary(), messages.INFO)
 
     @admin.display(description="secret")
     def secret_set(self, obj: Connector) -> str:
@@ -243,8 +253,6 @@ STATE_FIELDS = [
     "state_changed_at",
     "last_outlook",
     "attempts",
-    "next_attempt_at",
-    "skip_reason",
     "skip_decided_at",
     "last_error_class",
     "last_error",
@@ -254,8 +262,9 @@ STATE_FIELDS = [
     "created_at",
 ]
 # The detail page's read-only views of a command: why it waits, its payload, where it goes, its
-# attempts across resends, and what staff did to it.
-DETAIL_FIELDS = ["why", "age", "connector_link", "pretty_payload", "history", "audit"]
+# attempts across resends, and what staff did to it. The stored skip reason and due time are not
+# shown beside "why": it says both in words (an after-fix command is stored as backing off).
+DETAIL_FIELDS = ["why_in_full", "age", "connector_link", "pretty_payload", "history", "audit"]
 # A resend chain longer than this is shown cut: no person makes 50 copies of one instruction.
 MAX_CHAIN = 50
 AUDIT_SHOWN = 20
@@ -288,11 +297,15 @@ class CommandDetail:
     # List columns, shared by both lists (``why`` is one of them, and a field of the page).
     @admin.display(description="next check", ordering="next_attempt_at")
     def next_check(self, command: Command):
-        return command.next_attempt_at or "-"
+        return next_check(command)
 
     @admin.display(description="why it waits")
     def why(self, command: Command):
         return reason_badge(command) if command.pk else "-"
+
+    @admin.display(description="why it waits")
+    def why_in_full(self, command: Command):  # the page's: with what to do
+        return reason_badge(command, detail=True) if command.pk else "-"
 
     @admin.display(description="age")
     def age(self, command: Command) -> str:
@@ -303,13 +316,26 @@ class CommandDetail:
         if not command.connector_id:
             return "-"
         connector = command.connector
-        problems = "; ".join(adapters.problems(connector)) or "none found"
+        notes = []
+        if problems := adapters.problems(connector):
+            notes.append(f"its configuration: {'; '.join(problems)}")
+        # What the receiver said counts too: a 401 is no problem of the stored configuration.
+        waiting = Command.objects.filter(waiting_for("after-fix"), connector=connector, state=State.FAILED)
+        if count := waiting.count():
+            notes.append(f"{count} of its failed commands wait for a configuration fix")
+        explanation = explain(command)
+        hint = ""
+        if explanation.fix_helps:  # only where editing the connector can release this command
+            hint = (
+                " Edit it to release this command: saving re-decides its waiting commands, and those "
+                "released go within the dispatch poll."
+            )
         return format_html(
-            '<a href="{}">{}</a> — edit it to fix its configuration (problems: {}). Saving it makes its '
-            "after-fix commands due at once.",
+            '<a href="{}">{}</a>{}{}',
             reverse("admin:commands_connector_change", args=[connector.pk]),
             connector,
-            problems,
+            f" ({'; '.join(notes)})." if notes else "",
+            hint,
         )
 
     @admin.display(description="payload")
@@ -459,7 +485,7 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
         "tenant",
         "connector_column",
         "state",
-        "why",
+        "why_first",
         "last_outlook",
         "attempts",
         "next_check",
@@ -477,7 +503,6 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     ]
     list_select_related = ["tenant", "connector"]
     search_fields = ["=id", "=idempotency_key", "last_error", "last_error_class"]
-    ordering = ["skip_reason", "-id"]
     show_full_result_count = False
     paginator = CappedPaginator
     list_per_page = 100
@@ -486,7 +511,46 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     readonly_fields = fields
 
     def get_queryset(self, request):
-        return super().get_queryset(request).filter(state=State.FAILED)
+        # Annotated before the admin orders by it (ModelAdmin.get_queryset orders at once).
+        failed = self.model._default_manager.filter(state=State.FAILED).annotate(urgency=urgency())
+        return failed.order_by(*self.get_ordering(request))
+
+    def get_ordering(self, request):
+        # What needs a person first, then oldest first (``explain.URGENCY``, served by the index
+        # commands_failed_urgency_idx); the header says so. Not ``ordering``: it names fields only.
+        # Within one reason (its filter) all share a rank: oldest first, backwards along
+        # commands_failed_idx (skip_reason, -id), which serves that filter.
+        if request.GET.get(SkipReasonFilter.parameter_name):
+            return ["-skip_reason", "id"]
+        return ["urgency", "id"]
+
+    def get_changelist(self, request, **kwargs):
+        # Django marks the header's sorted columns by the ``ordering`` attribute alone: this one's.
+        ordering = self.get_ordering(request)
+        base = super().get_changelist(request, **kwargs)
+        return type("FailedChangeList", (base,), {"_get_default_ordering": lambda changelist: ordering})
+
+    def changelist_view(self, request, extra_context=None):
+        # The order, said above the list (its template) when it is the default one.
+        order = [] if request.GET.get(SkipReasonFilter.parameter_name) else URGENCY
+        return super().changelist_view(request, {"urgency_order": order, **(extra_context or {})})
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # A command that left the failed list (it succeeded, say) is shown where every command is,
+        # not as "doesn't exist": a link to it from this list may be older than its last send.
+        pk = parse_id(object_id)
+        if pk is not None and not self.get_queryset(request).filter(pk=pk).exists():
+            command = Command.objects.filter(pk=pk).only("state").first()
+            if command is not None:
+                self.message_user(
+                    request, f"Command {pk} is not failed any more ({command.state}).", messages.INFO
+                )
+                return HttpResponseRedirect(reverse("admin:commands_command_change", args=[pk]))
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="why it waits", ordering="urgency")
+    def why_first(self, command: Command):
+        return reason_badge(command)
 
     def has_add_permission(self, request) -> bool:
         return False  # commands come from intake, the API or the command list

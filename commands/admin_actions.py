@@ -10,7 +10,10 @@ compare-and-set, the audit row — live there, shared with the REST API.
   only the POST of that page, with ``confirmed=yes``, changes anything. A GET never does.
 * **Resend with an override** (a non-idempotent connector, an unknown outcome) is offered only to
   users holding ``commands.resend_override_command``, and needs a typed reason. A forged POST
-  from anyone else is refused by ``perform`` (403), not merely hidden.
+  from anyone else is refused by ``perform`` (403), not merely hidden; anyone else is told to ask
+  an admin. "Yes" is offered only when something would change; a confirmed act that would change
+  nothing (a reason typed, the override not ticked) is refused by ``perform`` with what would help,
+  and writes no audit row.
 * **Make a new command** works on one failed command at a time: a form with its payload as
   editable JSON; the original is cancelled and linked from the copy.
 
@@ -31,6 +34,7 @@ from django.urls import path, reverse
 
 from ankusa_site.admin import StorableJSONField, selected_across
 from commands import actions
+from commands.admin_lists import CappedPaginator
 from commands.explain import explain
 from commands.models import Command
 from commands.states import State
@@ -135,6 +139,10 @@ class CommandActions:
             "cannot": sorted(plan.cannot.items()),
             "with_override": with_override,
             "can_override": can_override and bool(plan.need_override),
+            # "Yes" only where it can change something: now, or with the override this user may tick.
+            "offer": bool(plan.will) or (can_override and bool(plan.need_override)),
+            "capped": plan.total > CappedPaginator.CAP,
+            "cap": f"{CappedPaginator.CAP:,}",
             "override": override,
             "reason": reason,
             "error": error,

@@ -1,15 +1,16 @@
 """The pieces of the command lists that must stay cheap on 100,000+ rows: filters, the paginator,
 and the columns that say why a command waits.
 
-* **Why it waits** comes from ``commands.explain`` (one explanation per skip reason, plus
-  ``after-fix``, which is an outlook: a command whose adapter asked for a configuration fix explains
-  itself by it while it backs off). The skip-reason filter and the dashboard's counts use the same
-  rule (:func:`waits_for`), so a badge, a filter and a count never disagree.
+* **Why it waits** comes from ``commands.explain``: the badge, the line under it (the reason, the
+  next event and when) and the next-check column. The skip-reason filter, the API's ``skip_reason``
+  and the dashboard's counts use its rule (``waits_for`` / ``waiting_for``), so a badge, a filter
+  and a count never disagree.
 * **No full count.** The list sets ``show_full_result_count = False`` and pages with
   :class:`CappedPaginator`, which counts at most ``CAP + 1`` rows: on 100,000 failed commands the
   page costs what it costs on 10,000, and the page says "more than 10,000" instead of a number
-  nobody needs exactly. An action "on everything matching the filter" still acts on every row; its
-  confirmation page counts them (the dry run), once, when someone asked for it.
+  nobody needs exactly — in the count, the search's count and the "select all" text alike. An
+  action "on everything matching the filter" still acts on every row; its confirmation page counts
+  them (the dry run), once, when someone asked for it, and says the list showed only the first.
 * **Filters whose choices cost a query** read a bounded sample: the error classes of the
   ``ERROR_CLASS_SAMPLE`` first failed commands in the failed index's order. A class outside the sample
   is still reachable by search (error text) or ``?last_error_class=...``.
@@ -25,7 +26,6 @@ from datetime import timedelta
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -33,45 +33,47 @@ from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
 from ankusa_site.admin import parse_id, readable_json
-from commands.explain import AFTER_FIX_REASONS, SKIP_REASONS, explain, reason_key
+from commands.explain import (  # noqa: F401 (waits_for: the dashboard's import)
+    AFTER_FIX,
+    MACHINE,
+    NO_REASON,
+    PERSON,
+    RESEND_PENDING,
+    SKIP_REASONS,
+    explain,
+    stamp,
+    waiting_for,
+    waits_for,
+)
 from commands.models import Command, Connector
-from commands.retry import Outlook, SkipReason
+from commands.retry import SkipReason
 from commands.states import State
 
-AFTER_FIX = Outlook.AFTER_FIX.value
-NO_REASON = "none"
 
-
-def waits_for(skip_reason: str, last_outlook: str) -> str:
-    """The key of ``SKIP_REASONS`` that explains a wait, or ``NO_REASON`` (``explain``'s rule)."""
-    return reason_key(skip_reason, last_outlook) or NO_REASON
-
-
-def waiting_for(reason: str) -> Q:
-    """The rows :func:`waits_for` files under ``reason``: the filter behind a badge and a count."""
-    after_fix = Q(last_outlook=AFTER_FIX, skip_reason__in=AFTER_FIX_REASONS)
-    if reason == AFTER_FIX:
-        return after_fix
-    value = "" if reason == NO_REASON else reason
-    if value in AFTER_FIX_REASONS:
-        return Q(skip_reason=value) & ~after_fix
-    return Q(skip_reason=value)
-
-
-def reason_badge(command: Command):
-    """The skip reason as a coloured badge, and under it what it means and what to do."""
+def reason_badge(command: Command, *, detail: bool = False):
+    """Why it waits, as a coloured badge, and under it the reason, the next event and when (on a
+    command's page, ``detail``: also what to do)."""
     explanation = explain(command)
-    if explanation is None:
-        return format_html(
-            '<span class="ankusa-badge ankusa-tone-none">{}</span>', command.skip_reason or "-"
-        )
+    line = explanation.line()
+    if detail:
+        line = f"{line}. What to do: {explanation.todo}."
     return format_html(
         '<span class="ankusa-badge ankusa-tone-{}" title="{}">{}</span><div class="ankusa-why">{}</div>',
         explanation.tone,
-        explanation.line(),
+        line,
         explanation.label,
-        explanation.line(),
+        line,
     )
+
+
+def next_check(command: Command) -> str:
+    """When the machine looks at it again: a time, "next round", or none when only a person can act."""
+    explanation = explain(command)
+    if explanation.by == MACHINE:
+        return stamp(explanation.at) if explanation.at else "next round"
+    if explanation.by == PERSON:
+        return "none: waits for a person"
+    return "-"
 
 
 def short_error(command: Command, chars: int = 100):
@@ -117,7 +119,11 @@ class SkipReasonFilter(admin.SimpleListFilter):
     parameter_name = "reason"
 
     def lookups(self, request, model_admin):
-        keys = [AFTER_FIX, *(reason for reason in SkipReason.values if reason in SKIP_REASONS)]
+        keys = [
+            AFTER_FIX,
+            *(reason for reason in SkipReason.values if reason in SKIP_REASONS),
+            RESEND_PENDING,
+        ]
         return [*((key, SKIP_REASONS[key].label) for key in keys), (NO_REASON, "no reason (decided soon)")]
 
     def queryset(self, request, queryset):

@@ -51,7 +51,16 @@ from ankusa_site.api import (
     refuse_unknown_query_params,
 )
 from commands import actions, intake_api
-from commands.explain import explain
+from commands.explain import (
+    AFTER_FIX,
+    MACHINE,
+    NO_REASON,
+    NOBODY,
+    PERSON,
+    RESEND_PENDING,
+    explain,
+    waiting_for,
+)
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, Source
 from commands.retry import Outlook, SkipReason
 from commands.states import State
@@ -309,9 +318,22 @@ class SourceViewSet(Editable):
 # --- commands -----------------------------------------------------------------------------------
 
 
-def skip_explanation(command: Command) -> str | None:
-    explanation = explain(command)
-    return explanation.line() if explanation is not None else None
+WHY = inline_serializer(
+    "Why",
+    {
+        "key": serializers.CharField(help_text="The skip_reason filter that lists it (empty: none)."),
+        "label": serializers.CharField(),
+        "reason": serializers.CharField(),
+        "next": serializers.CharField(help_text="What happens next."),
+        "by": serializers.ChoiceField(choices=[MACHINE, PERSON, NOBODY], help_text="Who makes it."),
+        "at": serializers.DateTimeField(
+            allow_null=True, help_text="When (machine), or since when (person); null: the next round."
+        ),
+        "next_check": serializers.DateTimeField(allow_null=True),
+        "todo": serializers.CharField(help_text="What a person can do."),
+        "text": serializers.CharField(help_text="The same in one line, as the admin says it."),
+    },
+)
 
 
 class CommandSerializer(serializers.ModelSerializer):
@@ -324,19 +346,24 @@ class CommandSerializer(serializers.ModelSerializer):
     last_outlook = serializers.ChoiceField(choices=Outlook.choices, allow_blank=True, read_only=True)
     skip_reason = serializers.ChoiceField(choices=SkipReason.choices, allow_blank=True, read_only=True)
     skip_explanation = serializers.SerializerMethodField()
+    why = serializers.SerializerMethodField()
 
     class Meta:
         model = Command
         fields = [
             "id", "tenant", "connector", "connector_name", "source", "delivery", "idempotency_key",
             "state", "state_changed_at", "last_outlook", "attempts", "next_attempt_at", "skip_reason",
-            "skip_explanation", "skip_decided_at", "last_error_class", "last_error", "approved_at",
+            "skip_explanation", "why", "skip_decided_at", "last_error_class", "last_error", "approved_at",
             "resent_from", "created_at",
         ]  # fmt: skip
         read_only_fields = fields
 
-    def get_skip_explanation(self, command: Command) -> str | None:
-        return skip_explanation(command)
+    def get_skip_explanation(self, command: Command) -> str:
+        return explain(command).line()
+
+    @extend_schema_field(WHY)
+    def get_why(self, command: Command) -> dict:
+        return explain(command).as_dict()
 
 
 class AttemptSerializer(serializers.ModelSerializer):
@@ -400,13 +427,29 @@ class CommandDetailSerializer(CommandSerializer):
         }
 
 
+# Why a command waits, as the admin's filter reads it (``commands.explain.waiting_for``): each skip
+# reason, ``after-fix`` (an outlook, stored as backing off or undecided), a pending resend, none.
+WAIT_CHOICES = [(key, key) for key in [AFTER_FIX, *SkipReason.values, RESEND_PENDING, NO_REASON]]
+
+
+def connector_filter(queryset, name: str, value: str):
+    """A connector by id (digits) or by name (several tenants may each have one of that name)."""
+    if value.isdigit() and value.isascii():
+        if int(value) > MAX_ID:
+            return queryset.none()
+        return queryset.filter(connector_id=int(value))
+    return queryset.filter(connector__name=value)
+
+
 class CommandFilter(TenantFilterSet):
     """The list's filters; a bulk action's ``filter`` is read by the same set."""
 
     state = django_filters.ChoiceFilter(choices=State.choices)
-    skip_reason = django_filters.ChoiceFilter(choices=SkipReason.choices)
+    skip_reason = django_filters.ChoiceFilter(
+        choices=WAIT_CHOICES, method=lambda queryset, name, value: queryset.filter(waiting_for(value))
+    )
     last_outlook = django_filters.ChoiceFilter(choices=Outlook.choices)
-    connector = IdFilter(field_name="connector_id")
+    connector = django_filters.CharFilter(method=connector_filter, max_length=100)
 
     class Meta:
         model = Command
@@ -417,10 +460,10 @@ class FilterInput(serializers.Serializer):
     """A bulk action's ``filter``: the list's query parameters as a JSON object."""
 
     state = serializers.ChoiceField(choices=State.choices, required=False)
-    skip_reason = serializers.ChoiceField(choices=SkipReason.choices, required=False)
+    skip_reason = serializers.ChoiceField(choices=WAIT_CHOICES, required=False)
     last_outlook = serializers.ChoiceField(choices=Outlook.choices, required=False)
     tenant = serializers.CharField(max_length=64, required=False)
-    connector = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
+    connector = serializers.CharField(max_length=100, required=False, help_text="An id, or a name.")
 
 
 class ActionInput(StrictSerializer):
@@ -517,8 +560,9 @@ def run_action(name: str, queryset, request, data: dict) -> Response:
     return Response(answer.as_dict())
 
 
-# Refusals about the state of the commands (409); every other one is about the request (400).
-CONFLICTS = {"not_failed"}
+# Refusals about the state of the commands (409: none would change); every other one is about the
+# request (400).
+CONFLICTS = {"not_failed", "nothing_to_do"}
 
 
 class RequestRefused(exceptions.APIException):

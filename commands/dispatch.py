@@ -137,7 +137,11 @@ class SweepSummary:
 
 
 def sweep(
-    now: datetime | None = None, *, batch: int | None = None, queue: ReliableFIFO | None = None
+    now: datetime | None = None,
+    *,
+    batch: int | None = None,
+    queue: ReliableFIFO | None = None,
+    connector: int | None = None,
 ) -> SweepSummary:
     """Decide on every due command: queue the taken ones, write the reason on the others.
 
@@ -153,6 +157,8 @@ def sweep(
     while True:
         with transaction.atomic():
             due = Command.objects.due(now).filter(id__gt=after).order_by("id")
+            if connector is not None:  # a saved connector's commands (commands.actions.reconsider)
+                due = due.filter(connector_id=connector)
             rows = list(
                 due.select_for_update(skip_locked=True, of=("self",)).values(*DECISION_FIELDS)[:batch]
             )

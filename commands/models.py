@@ -23,8 +23,10 @@
 * ``Attempt``: one dispatch of one command, written once and complete when the send ends (or by
   the recovery, for a send whose worker died); the dispatch loop never rewrites or deletes one.
 
-Saving a connector makes its ``after-fix`` commands due at once (:meth:`Connector.save`): the fix
-a person just made should not wait out the 10-minute re-check period.
+Saving a connector decides again on its waiting commands in the same transaction
+(:meth:`Connector.save`, ``commands.actions.reconsider``): its ``after-fix`` commands, and its
+``not-idempotent`` ones once it is declared idempotent, are queued at once — the fix a person just
+made should not wait out the 10-minute re-check period, nor the next round.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MinValueValidator, URLValidator
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.signals import m2m_changed
 from django.dispatch import receiver
 from django.utils import timezone
@@ -52,6 +55,7 @@ from commands.adapters.http import (
     url_carries_credentials,
     url_port_problem,
 )
+from commands.explain import URGENCY_SQL
 from commands.retry import Outlook, SkipReason
 from commands.states import State, next_state
 from limits.models import TENANT_FIXED, FixedOnceCreated, Tenant, slug_validator
@@ -228,7 +232,9 @@ class Connector(FixedOnceCreated, models.Model):
     def save(self, *args, **kwargs) -> None:
         with transaction.atomic():
             super().save(*args, **kwargs)
-            Command.objects.waiting_for_fix(self).make_due(timezone.now())
+            from commands.actions import reconsider  # above this module: it queues, through dispatch
+
+            self.reconsidered = reconsider(self)
 
 
 VERIFIER_LABELS = {
@@ -515,6 +521,14 @@ class Command(models.Model):
             # The failed list, filtered by skip reason, newest first.
             models.Index(
                 fields=["skip_reason", "-id"], name="commands_failed_idx", condition=Q(state=State.FAILED)
+            ),
+            # The failed list's default order: what needs a person first, then oldest first
+            # (commands.explain.urgency() — the same SQL text, which SQLite needs to use it).
+            models.Index(
+                RawSQL(URGENCY_SQL, []),
+                F("id"),
+                name="commands_failed_urgency_idx",
+                condition=Q(state=State.FAILED),
             ),
             # The recovery: commands stuck in queued/dispatching, oldest state change first.
             models.Index(

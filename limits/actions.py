@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -20,6 +22,16 @@ from limits.models import Kind, LimitOverride, Tenant
 from limits.store import Error, get_store
 
 logger = logging.getLogger("ankusa.limits")
+
+
+def record_history(user, tenant: Tenant, flag: int, message: str, *, via: str) -> None:
+    """A line in the tenant's admin history (what the admin writes for its own edits), so a change
+    made through the API or the shell shows there too. Without a staff user there is no line."""
+    if not isinstance(user, get_user_model()) or user.pk is None:
+        return
+    LogEntry.objects.log_actions(
+        user.pk, [tenant], flag, change_message=f"{message} (via {via})", single_object=True
+    )
 
 
 def reset_buckets(tenant: Tenant) -> bool:
@@ -47,6 +59,7 @@ def set_override(
     reason: str = "",
     expires_at: datetime | None = None,
     by=None,
+    via: str = "the API",
     now: datetime | None = None,
 ) -> tuple[LimitOverride, bool]:
     """Create or replace ``tenant``'s override of ``kind``; returns it and whether it is new.
@@ -66,14 +79,24 @@ def set_override(
     override.expires_at, override.set_by = expires_at, by
     override.full_clean(validate_constraints=False)
     override.save()
+    until = f" until {override.expires_at:%Y-%m-%d %H:%M} UTC" if override.expires_at else ""
+    record_history(
+        by,
+        tenant,
+        CHANGE,
+        f"{'Added' if created else 'Changed'} the {kind} override: {override.rate:g}/s, "
+        f"burst {override.burst}{until} — {override.reason}",
+        via=via,
+    )
     reset_buckets_on_commit(tenant)
     return override, created
 
 
 @transaction.atomic
-def remove_override(tenant: Tenant, kind: str) -> bool:
+def remove_override(tenant: Tenant, kind: str, *, by=None, via: str = "the API") -> bool:
     """Delete ``tenant``'s override of ``kind``; False when there was none."""
     deleted, _ = LimitOverride.objects.filter(tenant=tenant, kind=kind).delete()
     if deleted:
+        record_history(by, tenant, CHANGE, f"Removed the {kind} override.", via=via)
         reset_buckets_on_commit(tenant)
     return bool(deleted)

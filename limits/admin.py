@@ -6,6 +6,7 @@ says so; the list computes the effective limits from overrides prefetched once f
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Prefetch
 from django.template.response import TemplateResponse
@@ -14,7 +15,7 @@ from django.utils import timezone
 from ankusa_site.admin import ModelAdmin
 from limits import actions, tokens
 from limits.models import OWN_LIMIT_FIELDS, ApiToken, LimitOverride, Tenant
-from limits.quotas import effective_limits
+from limits.quotas import EffectiveLimit, effective_limits
 
 
 class LimitOverrideInline(admin.TabularInline):
@@ -22,6 +23,26 @@ class LimitOverrideInline(admin.TabularInline):
     extra = 0
     fields = ["kind", "rate", "burst", "reason", "expires_at", "set_by", "set_at"]
     readonly_fields = ["set_by", "set_at"]
+
+
+def scope_words() -> str:
+    """Where a limit is counted (``ANKUSA_STORE_SCOPE``), as the tenant's page says it: a node-scope
+    limit is per web worker process, so a site of W processes admits up to W times it."""
+    if settings.ANKUSA_STORE_SCOPE == "node":
+        return (
+            "Counted per process (ANKUSA_STORE_SCOPE=node): each web worker process admits this much, "
+            "so N worker processes admit up to N times it."
+        )
+    return (
+        "Counted once for every node (ANKUSA_STORE_SCOPE=fleet, in Redis); per process while Redis "
+        "does not answer."
+    )
+
+
+def scoped(limit: EffectiveLimit) -> str:
+    """``1/s, burst 2 (site default), per process`` with the node store: what one process admits."""
+    per_process = limit.limit is not None and settings.ANKUSA_STORE_SCOPE == "node"
+    return f"{limit.describe()}{', per process' if per_process else ''}"
 
 
 @admin.register(Tenant)
@@ -53,11 +74,11 @@ class TenantAdmin(ModelAdmin):
 
     @admin.display(description="hooks limit")
     def hooks_limit(self, tenant: Tenant) -> str:
-        return effective_limits(tenant)["hooks"].describe()
+        return scoped(effective_limits(tenant)["hooks"])
 
     @admin.display(description="bytes limit")
     def bytes_limit(self, tenant: Tenant) -> str:
-        return effective_limits(tenant)["bytes"].describe()
+        return scoped(effective_limits(tenant)["bytes"])
 
     @admin.display(description="effective limits now")
     def effective_limits_now(self, tenant: Tenant) -> str:
@@ -71,7 +92,7 @@ class TenantAdmin(ModelAdmin):
             if limit.override is not None and limit.override.expires_at:
                 text += f" until {limit.override.expires_at:%Y-%m-%d %H:%M} UTC"
             parts.append(text)
-        return "; ".join(parts)
+        return f"{'; '.join(parts)}. {scope_words()}"
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

@@ -8,7 +8,7 @@
   resets the tenant's buckets, as in the admin. Any field a tenant does not have is a 400;
   ``limits`` is what applies, read-only. Overrides, which win over both:
 * ``GET|PUT|DELETE /api/v1/tenants/{slug}/limits/{kind}/``: one kind's effective limit; PUT sets
-  the override (exactly ``rate`` and ``burst``, optional ``reason``/``expires_at``; any other field
+  the override (exactly ``rate``, ``burst`` and a ``reason``, optional ``expires_at``; any other field
   is a 400), DELETE removes it. Both reset the tenant's buckets (``limits.actions``).
 
 Staff need ``limits.view_tenant`` to read and ``limits.add|change_tenant`` / ``limits.*_limitoverride``
@@ -230,6 +230,6 @@ class TenantLimit(Access, APIView):
     @extend_schema(responses={204: None, **errors(401, 403, 404)})
     def delete(self, request, slug: str, kind: str):
         tenant, kind = self.tenant_and_kind(slug, kind)
-        if not actions.remove_override(tenant, kind):
+        if not actions.remove_override(tenant, kind, by=request.user):
             raise exceptions.NotFound(f"Tenant {tenant.slug} has no {kind} override.")
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -4,7 +4,8 @@ A tenant's limit for each kind (``hooks``: commands per second, ``bytes``: body 
 is a rate and a burst (``limits.gcra`` explains both). Where it comes from, first match wins
 (``limits.quotas.effective_limit``):
 
-1. an active ``LimitOverride`` (staff set it, with a reason, maybe until ``expires_at``);
+1. an active ``LimitOverride`` (staff set it, with a reason — required — maybe until an
+   ``expires_at`` in the future when set);
 2. the tenant's own ``<kind>_rate``/``<kind>_burst`` (both set, or both empty);
 3. the site default (``ANKUSA_DEFAULT_<KIND>_RATE``/``_BURST``);
 4. unlimited.
@@ -23,6 +24,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from limits.gcra import limit_problems
 from limits.tokens import display, new_key
@@ -197,8 +199,20 @@ class LimitOverride(FixedOnceCreated, models.Model):
             **self.fixed_field_errors(),
             **_limit_errors({"rate": "rate", "burst": "burst"}, self.rate, self.burst),
         }
+        # Asked of a new or changed override only: one saved earlier, unchanged beside an edit of its
+        # tenant, may have expired since or predate the rule.
+        if self._changed():
+            if not (self.reason or "").strip():
+                errors["reason"] = "Say why the override is needed: it is kept with it and in the history."
+            if self.expires_at is not None and self.expires_at <= timezone.now():
+                errors["expires_at"] = "Must be in the future (empty: until removed)."
         if errors:
             raise ValidationError(errors)
+
+    def _changed(self) -> bool:
+        fields = ("kind", "rate", "burst", "reason", "expires_at")
+        stored = LimitOverride.objects.filter(pk=self.pk).values(*fields).first() if self.pk else None
+        return stored is None or any(stored[name] != getattr(self, name) for name in fields)
 
 
 # A token's name is shown in the admin, in its lists and in log lines: no C0/C1 control character

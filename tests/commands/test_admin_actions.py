@@ -65,7 +65,7 @@ def test_choosing_resend_shows_the_dry_run_breakdown_and_changes_nothing(client,
     assert "<li>2 will be resent</li>" in html
     assert "need an override" in html
     assert "connector not idempotent" in html
-    assert "outcome unknown" in html
+    assert "outlook unknown" in html
     assert "never: make a new command instead" in html
     assert 'name="override"' not in html  # an operator holds no override permission
     assert states(everything(mixed)) == before
@@ -92,7 +92,7 @@ def test_a_confirmed_resend_resends_the_eligible_ones_and_writes_an_audit_row(cl
     assert set(entry.commands.values_list("pk", flat=True)) == {c.pk for c in mixed["ok"]}  # the changed ones
     assert entry.result["skipped"] == {
         "connector not idempotent": 1,
-        "outcome unknown": 1,
+        "outlook unknown": 1,
         "never: make a new command instead": 1,
     }
 

@@ -63,7 +63,9 @@ def test_the_detail_links_the_connector_to_fix_and_says_how_old_the_command_is(s
     html = staff.get(reverse("admin:commands_failedcommand_change", args=[command.pk])).content.decode()
     assert f'href="{reverse("admin:commands_connector_change", args=[connector.pk])}"' in html
     assert "no URL; missing credential for the Authorization header" in html
-    assert "waiting for a configuration fix" in html
+    assert "the receiver asks for a configuration fix" in html
+    assert "1 of its failed commands wait for a configuration fix" in html
+    assert "Edit it to release this command" in html
     assert "0\xa0minutes" in html
 
 

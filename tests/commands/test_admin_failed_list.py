@@ -41,7 +41,7 @@ def test_the_failed_list_shows_only_failed_commands_with_their_reason_explained(
     assert ids_on(page) == {waiting.pk, unknown.pk}
     html = page.content.decode()
     assert 'class="ankusa-badge ankusa-tone-fix"' in html
-    assert "waiting for a configuration fix — edit the connector" in html
+    assert "the receiver asks for a configuration fix — checked again at the next round" in html
     assert "whether it went out is unknown" in html
     assert "<code>HTTPStatus</code> HTTP 503 from the receiver" in html
 

@@ -46,9 +46,9 @@ def test_a_dry_run_writes_nothing_and_gives_the_breakdown(call, failed):
     assert status == 200
     assert data == {
         "action": "resend", "total": 7, "will": 3,
-        "need_override": {"connector not idempotent": 2, "outcome unknown": 1},
+        "need_override": {"connector not idempotent": 2, "outlook unknown": 1},
         "cannot": {"never: make a new command instead": 1},
-        "summary": "3 will be resent, 3 need an override: 2 connector not idempotent, 1 outcome unknown; "
+        "summary": "3 will be resent, 3 need an override: 2 connector not idempotent, 1 outlook unknown; "
                    "1 cannot: 1 never: make a new command instead",
     }  # fmt: skip
     assert snapshot() == before
@@ -115,7 +115,11 @@ def test_cancel_is_a_compare_and_set(call, failed):
     first = call("operator", "POST", f"/api/v1/commands/{target.pk}/cancel/", {})
     second = call("operator", "POST", f"/api/v1/commands/{target.pk}/cancel/", {})
     assert (first[0], first[1]["done"]) == (200, 1)
-    assert (second[0], second[1]["done"], second[1]["skipped"]) == (200, 0, {"already finished": 1})
+    assert (second[0], second[1]["error"]) == (409, "nothing_to_do")
+    assert (
+        second[1]["detail"]
+        == "Nothing to cancel: none of the 1 command(s) can be cancelled; 1 cannot: 1 already finished."
+    )
     target.refresh_from_db()
     assert target.state == State.CANCELLED
 
@@ -130,7 +134,7 @@ def test_approve_changes_drafts_only(call, world):
     draft.refresh_from_db()
     assert (draft.state, draft.approved_by.username) == (State.APPROVED, "operator")
     again = call("operator", "POST", f"/api/v1/commands/{draft.pk}/approve/", {})
-    assert (again[1]["done"], again[1]["skipped"]) == (0, {"not a draft": 1})
+    assert (again[0], again[1]["error"]) == (409, "nothing_to_do")
 
 
 def test_new_command_copies_a_failed_command_with_a_new_payload_and_links_both(call, world):
@@ -158,7 +162,7 @@ def test_new_command_copies_a_failed_command_with_a_new_payload_and_links_both(c
         ({"ids": [1], "dryrun": True}, "dryrun"),
         ({"filter": {}}, "filter"),
         ({"filter": {"state": "lost"}}, "filter"),
-        ({"filter": {"connector": "abc"}}, "filter"),
+        ({"filter": {"connector": "x" * 101}}, "filter"),
         ({"filter": {"stat": "failed"}}, "filter"),
         ({"ids": [1], "reason": "x" * 2001}, "reason"),
         ([1, 2], "non_field_errors"),

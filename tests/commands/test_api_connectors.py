@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from commands.models import Command, Connector, Source
 from commands.retry import Outlook
@@ -42,16 +44,17 @@ def test_a_patch_without_the_secret_keeps_it_and_an_empty_one_clears_it(world, c
     assert (status, data["secret_set"]) == (200, False)
 
 
-def test_saving_a_connector_makes_its_after_fix_commands_due(world, call):
+def test_saving_a_connector_queues_its_after_fix_commands(world, call):
     connector = world.a.connector
+    Connector.objects.filter(pk=connector.pk).update(idempotent=True)
     waiting = Command.objects.create(
         tenant=world.a.tenant, connector=connector, state=State.FAILED, last_outlook=Outlook.AFTER_FIX,
-        attempts=1, skip_reason="backing-off",
+        attempts=1, skip_reason="backing-off", next_attempt_at=timezone.now() + timedelta(minutes=9),
     )  # fmt: skip
     status, _ = call("operator", "PATCH", f"/api/v1/connectors/{connector.pk}/", {"secret": "Bearer fixed"})
     assert status == 200
     waiting.refresh_from_db()
-    assert (waiting.skip_reason, waiting.next_attempt_at is not None) == ("", True)
+    assert (waiting.state, waiting.skip_reason, waiting.attempts) == (State.QUEUED, "", 1)
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ MATRIX = [
     ("GET", "/api/v1/queues/commands/", None, STAFF_READ),
     ("POST", "/api/v1/tenants/", {"slug": "initech", "name": "Initech"}, (*ADMIN_ONLY, 201)),
     ("PATCH", "/api/v1/tenants/acme/", {"name": "Acme Inc"}, (*ADMIN_ONLY, 200)),
-    ("PUT", "/api/v1/tenants/acme/limits/hooks/", {"rate": 1, "burst": 1}, (*ADMIN_ONLY, 201)),
+    ("PUT", "/api/v1/tenants/acme/limits/hooks/", {"rate": 1, "burst": 1, "reason": "launch"}, (*ADMIN_ONLY, 201)),
     ("DELETE", "/api/v1/tenants/acme/limits/bytes/", None, (*ADMIN_ONLY, 204)),
     ("POST", "/api/v1/connectors/", {"tenant": "acme", "name": "new", "kind": "log"}, (*ADMIN_ONLY, 201)),
     ("PATCH", "/api/v1/connectors/{a_connector}/", {"enabled": False}, (*OPERATOR_UP, 200, 200)),

@@ -59,7 +59,12 @@ def world(transactional_db):
     and a non-idempotent connector with a command that needs an override to be resent."""
     tenant = Tenant.objects.create(slug="acme", name="Acme")
     broken = Connector.objects.create(
-        tenant=tenant, name="billing", kind="http", url="http://127.0.0.1:9/", secret_header="Authorization"
+        tenant=tenant,
+        name="billing",
+        kind="http",
+        url="http://127.0.0.1:9/",
+        secret_header="Authorization",
+        idempotent=True,
     )
     risky = Connector.objects.create(
         tenant=tenant, name="ledger", kind="http", url="http://127.0.0.1:9/", idempotent=False
@@ -142,7 +147,7 @@ def walk_through(world, start_node, browser) -> None:
     page.wait_for_url("**reason=after-fix**")
     rows = page.locator("#result_list tbody tr")
     assert rows.count() == 1
-    assert "waiting for a configuration fix" in rows.first.inner_text()
+    assert "the receiver asks for a configuration fix" in rows.first.inner_text()
 
     # Open the command, follow its connector link, and set the missing credential.
     rows.first.locator("th a").click()
@@ -154,11 +159,10 @@ def walk_through(world, start_node, browser) -> None:
     page.click("input[name=_save]")
     page.wait_for_selector(".messagelist")
 
-    # Saving the connector made the command due at once (the next sweep takes it).
+    # Saving the connector queued the command (the dispatch poll sends it), and said so.
+    assert "1 of its commands will now go" in page.inner_text(".messagelist")
     waiting.refresh_from_db()
-    assert waiting.skip_reason == ""
-    assert waiting.next_attempt_at <= timezone.now()
-    assert Command.objects.due(timezone.now()).filter(pk=waiting.pk).exists()
+    assert (waiting.state, waiting.skip_reason) == (State.QUEUED, "")
     world["broken"].refresh_from_db()
     assert world["broken"].secret == "Bearer fixed-token"
 

@@ -65,29 +65,32 @@ def test_due_is_approved_or_failed_not_parked_and_due_by_now(make_connector, mak
     assert list(Command.objects.due(now).order_by("id")) == due
 
 
-def test_saving_a_connector_makes_its_after_fix_commands_due_at_once(make_connector, make_command):
-    connector, other = make_connector(), make_connector("other")
+def test_saving_a_connector_decides_again_on_its_waiting_commands(make_connector, make_command):
+    """An after-fix command of an idempotent connector is queued by the save; on one that is not
+    idempotent, its retries wait as not-idempotent (the decision with the connector as it is now);
+    another connector's commands are not touched."""
+    connector, plain, other = (
+        make_connector(idempotent=True),
+        make_connector("plain"),
+        make_connector("other"),
+    )
     later = timezone.now() + timedelta(minutes=10)
-    waiting = make_command(
-        connector,
-        state=State.FAILED,
-        last_outlook=Outlook.AFTER_FIX,
-        attempts=2,
-        next_attempt_at=later,
-        skip_reason=SkipReason.NOT_IDEMPOTENT,
-    )
-    again = make_command(
-        connector, state=State.FAILED, last_outlook=Outlook.AGAIN, attempts=1, next_attempt_at=later
-    )
-    elsewhere = make_command(
-        other, state=State.FAILED, last_outlook=Outlook.AFTER_FIX, attempts=1, next_attempt_at=later
-    )
+
+    def failed(on, outlook, **fields):
+        fields = {"attempts": 1, "next_attempt_at": later, "skip_reason": SkipReason.BACKING_OFF, **fields}
+        return make_command(on, state=State.FAILED, last_outlook=outlook, **fields)
+
+    waiting, again = failed(connector, Outlook.AFTER_FIX, attempts=2), failed(connector, Outlook.AGAIN)
+    unfixable, elsewhere = failed(plain, Outlook.AFTER_FIX), failed(other, Outlook.AFTER_FIX, skip_reason="")
     connector.secret = "Bearer fixed"
     connector.save()
-    waiting.refresh_from_db(), again.refresh_from_db(), elsewhere.refresh_from_db()
-    assert waiting.next_attempt_at <= timezone.now() and waiting.skip_reason == ""
-    assert (again.next_attempt_at, elsewhere.next_attempt_at) == (later, later)
-    assert list(Command.objects.due(timezone.now())) == [waiting]
+    plain.save()
+    for command in (waiting, again, unfixable, elsewhere):
+        command.refresh_from_db()
+    assert (waiting.state, waiting.attempts, connector.reconsidered.going) == (State.QUEUED, 2, 1)
+    assert (again.state, again.skip_reason, again.next_attempt_at) == (State.FAILED, "backing-off", later)
+    assert (unfixable.skip_reason, plain.reconsidered.parked) == ("not-idempotent", {"not-idempotent": 1})
+    assert (elsewhere.skip_reason, elsewhere.next_attempt_at) == ("", later)
 
 
 def test_a_command_must_use_its_own_tenants_connector_and_source(make_connector, tenant):

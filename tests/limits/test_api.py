@@ -92,7 +92,7 @@ def test_put_sets_the_override_and_resets_the_buckets(api, tenant, django_captur
         "expires_at": "2099-01-01T00:00:00Z", "active": True,
     }  # fmt: skip
     assert isinstance(admit(tenant, 0).result, Ok)
-    again = api.put(URL, {"rate": 2, "burst": 3}, format="json")
+    again = api.put(URL, {"rate": 2, "burst": 3, "reason": "launch, day two"}, format="json")
     assert again.status_code == 200
     assert LimitOverride.objects.get().burst == 3
 
@@ -111,19 +111,27 @@ def test_delete_removes_the_override(api, tenant):
     [
         ({"rate": 1, "burst": 1, "tier": "gold"}, "tier: Unknown field."),
         ({"rate": 1, "brust": 5}, "burst: This field is required.; brust: Unknown field."),
-        ({"rate": 0, "burst": 1}, "rate: must be greater than 0."),
-        ({"rate": -2, "burst": 1}, "rate: must be greater than 0."),
-        ({"rate": 1, "burst": 0}, "burst: must be at least 1."),
+        ({"rate": 0, "burst": 1, "reason": "r"}, "rate: must be greater than 0."),
+        ({"rate": -2, "burst": 1, "reason": "r"}, "rate: must be greater than 0."),
+        ({"rate": 1, "burst": 0, "reason": "r"}, "burst: must be at least 1."),
         ({"rate": 1, "burst": 1.5}, "burst: A valid integer is required."),
         ({"rate": "fast", "burst": 1}, "rate: A valid number is required."),
         ({"rate": True, "burst": 1}, "rate: A valid number is required."),
         ({"rate": 1, "burst": True}, "burst: A valid integer is required."),
-        ({"rate": 1e12, "burst": 1}, "rate: must be at most 1000000000 per second."),
+        ({"rate": 1e12, "burst": 1, "reason": "r"}, "rate: must be at most 1000000000 per second."),
         ({"burst": 1}, "rate: This field is required."),
         ({"rate": 1, "burst": 1, "expires_at": "2001-01-01T00:00:00Z"}, "expires_at: Must be in the future."),
         (
             {"rate": 1, "burst": 1, "reason": "x" * 501},
             "reason: Ensure this field has no more than 500 characters.",
+        ),
+        (
+            {"rate": 1, "burst": 1},
+            "reason: Say why the override is needed: it is kept with it and in the history.",
+        ),
+        (
+            {"rate": 1, "burst": 1, "reason": "  "},
+            "reason: Say why the override is needed: it is kept with it and in the history.",
         ),
         ([1, 2], "non_field_errors: Invalid data. Expected a dictionary, but got list."),
     ],

@@ -91,7 +91,7 @@ def test_the_database_refuses_a_rate_without_a_burst():
 
 
 def test_an_override_with_a_bad_burst_is_refused_naming_the_field(tenant):
-    override = LimitOverride(tenant=tenant, kind="bytes", rate=100.0, burst=0)
+    override = LimitOverride(tenant=tenant, kind="bytes", rate=100.0, burst=0, reason="load test")
     with pytest.raises(ValidationError) as refused:
         override.full_clean()
     assert set(refused.value.message_dict) == {"burst"}
