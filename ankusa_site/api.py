@@ -31,6 +31,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
+from ankusa_site.answers import RETRY_AFTER_S, log_unreachable, unavailable_detail, unreachable
 from ankusa_site.middleware import late, late_detail
 from ankusa_site.permissions import Access  # noqa: F401 - the views' one import
 
@@ -53,6 +54,9 @@ def json_errors(exc, context):
         exc = RequestTimeout(late_detail())  # the body was cut at its deadline
     elif isinstance(exc, UnreadablePostError):  # the client went away mid-body
         exc = exceptions.ParseError("The body was cut off.")
+    elif service := unreachable(exc):
+        log_unreachable(context["request"], service, exc)
+        exc = Unavailable(unavailable_detail(service, context["request"].method))
     response = exception_handler(exc, context)
     if response is None:
         return None
@@ -85,6 +89,13 @@ class RequestTimeout(exceptions.APIException):
     status_code = 408
     default_code = "request_timeout"
     default_detail = "The body did not arrive in time."
+
+
+class Unavailable(exceptions.APIException):
+    status_code = 503
+    default_code = "unavailable"
+    default_detail = "A service this request needs did not answer; retry after the time in Retry-After."
+    wait = RETRY_AFTER_S  # DRF's handler answers it as Retry-After
 
 
 class Conflict(exceptions.APIException):
