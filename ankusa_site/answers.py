@@ -60,10 +60,12 @@ def unreachable(exc: BaseException) -> str | None:
     return None
 
 
-def unavailable_detail(service: str, method: str) -> str:
-    """What is known when ``service`` failed somewhere on a request's way: that it did, and for a
-    request that may write, not whether its write was done."""
+def unavailable_detail(service: str, method: str, *, wrote: bool = True) -> str:
+    """What is known when ``service`` failed somewhere on a request's way: that it did, and, for a
+    request that may write (``wrote``: it may have; not a safe method), not whether it did."""
     detail = f"The {service} did not answer; retry after the time in Retry-After."
+    if not wrote:
+        return f"The {service} did not answer; nothing was stored. Retry after the time in Retry-After."
     if method.upper() not in SAFE_METHODS:
         detail += " Whether this request changed anything is not known: check before repeating it."
     return detail
@@ -80,20 +82,25 @@ def log_unreachable(request, service: str, exc: BaseException) -> None:
     )
 
 
-def answer_unreachable(view):
+def answer_unreachable(*, wrote: bool = True):
     """A plain view whose exceptions that ``unreachable`` names are answered 503 ``unavailable``
-    with ``Retry-After`` (JSON), instead of the site's 500."""
+    with ``Retry-After`` (JSON), instead of the site's 500. ``wrote=False``: no write of the view
+    can fail into this answer (the intake's doors, whose one write answers for itself), so its text
+    says that nothing was stored."""
 
-    @functools.wraps(view)
-    def answered(request, *args, **kwargs):
-        try:
-            return view(request, *args, **kwargs)
-        except Exception as exc:
-            service = unreachable(exc)
-            if service is None:
-                raise
-            log_unreachable(request, service, exc)
-            detail = unavailable_detail(service, request.method)
-            return error("unavailable", detail, 503, Retry_After=str(RETRY_AFTER_S))
+    def wrap(view):
+        @functools.wraps(view)
+        def answered(request, *args, **kwargs):
+            try:
+                return view(request, *args, **kwargs)
+            except Exception as exc:
+                service = unreachable(exc)
+                if service is None:
+                    raise
+                log_unreachable(request, service, exc)
+                detail = unavailable_detail(service, request.method, wrote=wrote)
+                return error("unavailable", detail, 503, Retry_After=str(RETRY_AFTER_S))
 
-    return answered
+        return answered
+
+    return wrap

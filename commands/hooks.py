@@ -57,7 +57,7 @@ SLUG = re.compile(slug_validator.regex.pattern)
 
 @csrf_exempt
 @intake.measured("hooks")
-@answer_unreachable  # a database read on the way (the source's, once its cache expired): 503
+@answer_unreachable(wrote=False)  # a read on the way (the source's, its cache expired): 503
 def receive(request, tenant: str, source: str):
     if request.method != "POST":
         detail = f"{request.method[:10]} is not allowed here; POST a webhook."

@@ -129,7 +129,7 @@ def _submitting_tenant(request, named: str | None) -> Tenant | intake.Refusal:
 
 
 @intake.measured("api")
-@answer_unreachable  # the tenant's and the connector's reads: 503, counted with the other answers
+@answer_unreachable(wrote=False)  # the tenant's and connector's reads: 503, and counted
 def submit(request) -> Response:
     """Admit, store and queue one command from a REST request (DRF ``Request``, authenticated)."""
     content_type = request.content_type.split(";")[0].strip().lower()
