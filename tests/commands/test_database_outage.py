@@ -21,9 +21,14 @@ pytestmark = [pytest.mark.slow]
 CACHE_S = 0.3  # the source's configuration is kept this long: an outage soon outlasts it
 NOTHING_STORED = "Nothing was stored (the database could not be reached); retry."
 READ_FAILED = "The database did not answer; nothing was stored. Retry after the time in Retry-After."
-UNKNOWN = (
+UNKNOWN_PREFIX = (
     "The outcome is unknown: the connection to the database broke after the write was sent, so it "
-    "may have been stored. Retry: if it was stored, the retry is answered as a duplicate."
+    "may have been stored. "
+)
+UNKNOWN = UNKNOWN_PREFIX + "Retry: if it was stored, the retry is answered as a duplicate."
+UNKNOWN_WITHOUT_KEY = (
+    UNKNOWN_PREFIX
+    + "Without an Idempotency-Key a retry may store it a second time; send one to retry safely."
 )
 
 
@@ -41,9 +46,11 @@ class Client:
     def hook(self, event: str):
         return self.node.hook(event, json.dumps({"event": event}).encode())
 
-    def submit(self, key: str):
+    def submit(self, key: str, *, idempotent: bool = True):
         body = json.dumps({"connector": "log", "payload": {"key": key}}).encode()
-        headers = {**self.auth, "Content-Type": "application/json", "Idempotency-Key": key}
+        headers = {**self.auth, "Content-Type": "application/json"}
+        if idempotent:
+            headers["Idempotency-Key"] = key
         return self.node.request("POST", "/api/v1/commands/", body, headers)
 
     def read(self, path: str):
@@ -167,3 +174,24 @@ def test_a_connection_lost_while_the_commit_is_answered_is_a_503_that_says_the_o
     assert client.hook("cut-me")[:2] == (200, {"status": "duplicate", "id": stored})
     with psycopg.connect(site.database_url) as conn:
         assert conn.execute("SELECT count(*) FROM commands_delivery").fetchone() == (2,)
+
+
+def test_a_submission_whose_commit_answer_was_lost_says_the_outcome_is_unknown_and_how_to_retry(
+    site, private_postgres, proxy, start_node
+):
+    through_proxy = site.database_url.replace(f":{private_postgres.port}/", f":{proxy.port}/")
+    client = Client(start_node(workers=1, threads=2, DATABASE_URL=through_proxy), site.token)
+    assert client.submit("before")[0] == 202
+
+    proxy.cut_after(b"cut-me")
+    assert_unavailable(client.submit("cut-me"), UNKNOWN)
+    with psycopg.connect(site.database_url) as conn:
+        (stored,) = conn.execute(
+            "SELECT id FROM commands_command WHERE idempotency_key = 'cut-me'"
+        ).fetchone()
+    status, data, _ = client.submit("cut-me")
+    assert (status, data["status"], data["id"]) == (200, "duplicate", stored)
+
+    proxy.cut_after(b"no-key")
+    assert_unavailable(client.submit("no-key", idempotent=False), UNKNOWN_WITHOUT_KEY)
+    assert proxy.cuts == 2

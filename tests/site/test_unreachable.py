@@ -1,0 +1,57 @@
+"""``ankusa_site.answers.unreachable``: which errors mean "a service did not answer" (a 503 with
+Retry-After) and which are something else (left to the site's 500), from real failures."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from django.db import IntegrityError, connection
+from django.db.utils import load_backend
+
+from ankusa_site.answers import unavailable_detail, unreachable
+from limits.models import Tenant
+from tests.servers import free_port
+
+
+@pytest.mark.django_db
+def test_a_database_that_refuses_connections_is_unreachable():
+    settings = {
+        **connection.settings_dict,
+        **{"ENGINE": "django.db.backends.postgresql", "NAME": "x", "USER": "postgres", "OPTIONS": {}},
+        **{"HOST": "127.0.0.1", "PORT": str(free_port())},
+    }
+    wrapper = load_backend(settings["ENGINE"]).DatabaseWrapper(settings, "unreachable")
+    with pytest.raises(Exception) as raised:
+        wrapper.ensure_connection()
+    assert unreachable(raised.value) == "database"
+
+
+@pytest.mark.django_db
+def test_a_constraint_the_database_enforces_is_not_an_outage():
+    Tenant.objects.create(slug="acme", name="Acme")
+    with pytest.raises(IntegrityError) as raised:
+        Tenant.objects.create(slug="acme", name="Again")
+    assert unreachable(raised.value) is None
+
+
+def test_a_redis_that_refuses_connections_is_unreachable_and_its_reply_errors_are_not(redis_client):
+    with pytest.raises(redis.RedisError) as raised:
+        redis.Redis(port=free_port(), socket_connect_timeout=1).ping()
+    assert unreachable(raised.value) == "Redis"
+    with pytest.raises(redis.RedisError) as refused:
+        redis_client.execute_command("NO-SUCH-COMMAND")
+    assert unreachable(refused.value) is None
+
+
+def test_the_answer_to_a_request_that_may_have_written_says_its_outcome_is_not_known():
+    assert (
+        unavailable_detail("database", "GET")
+        == "The database did not answer; retry after the time in Retry-After."
+    )
+    assert unavailable_detail("database", "POST") == (
+        "The database did not answer; retry after the time in Retry-After. "
+        "Whether this request changed anything is not known: check before repeating it."
+    )
+    assert unavailable_detail("database", "POST", wrote=False) == (
+        "The database did not answer; nothing was stored. Retry after the time in Retry-After."
+    )
