@@ -67,6 +67,8 @@ def json_errors(exc, context):
         response.data = {"error": code, "detail": text, "fields": fields}
     else:
         response.data = {"error": code, "detail": str(exc.detail)}
+    if response.status_code == 503 and "Retry-After" not in response:  # any view's backend outage
+        response["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
 

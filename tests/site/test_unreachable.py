@@ -55,3 +55,22 @@ def test_the_answer_to_a_request_that_may_have_written_says_its_outcome_is_not_k
     assert unavailable_detail("database", "POST", wrote=False) == (
         "The database did not answer; nothing was stored. Retry after the time in Retry-After."
     )
+
+
+def test_every_api_503_tells_when_to_retry(db, settings):
+    from rest_framework.test import APIClient
+
+    from tests.staff import staff_user, token_for
+
+    settings.CACHES = {
+        **settings.CACHES,
+        "redis": {**settings.CACHES["redis"], "LOCATION": "redis://127.0.0.1:1/0"},
+    }
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(staff_user('viewer'))}")
+    response = client.get("/api/v1/queues/jobs/?backend=redis")
+    assert (response.status_code, response["Retry-After"], response.json()["error"]) == (
+        503,
+        "1",
+        "backend_unavailable",
+    )
