@@ -9,6 +9,9 @@ a 500: JSON nested too deep, NUL characters, lone surrogates and numbers no data
 by ``ankusa_site.parsers`` for every body, the JSON fields' included), ids
 past 2**63-1 (refused before any query), a cursor whose position is not a value of the list's
 ordering (:class:`Cursor`), and any text the renderer is handed (``ankusa_site.renderers``).
+A database or Redis that does not answer, anywhere on a request's way (authentication included),
+is a 503 ``unavailable`` with ``Retry-After`` (``ankusa_site.answers.unreachable``), never a 500;
+any other view's 503 (a queue backend's) gets ``Retry-After`` too.
 """
 
 from __future__ import annotations
