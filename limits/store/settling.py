@@ -9,9 +9,10 @@ it), until the store answers — True, settled; False, no longer held by this to
 taken over): nothing is left to do either way — or until the claim's pending TTL has passed
 since it was handed over, when the claim has expired by itself and a commit cannot land any more.
 
-Settles are tried in the order they came. A failure pauses them all for a backoff that starts at
-``FIRST_DELAY_S`` and doubles up to ``MAX_DELAY_S`` (the next failure will likely be the same
-outage; each try against a frozen Redis costs its whole budget), and an answer resets it.
+Settles are tried in the order they came; one that fails goes to the back. A failure pauses them
+all for a backoff that starts at ``FIRST_DELAY_S`` and doubles up to ``MAX_DELAY_S`` (the next
+failure will likely be the same outage; each try against a frozen Redis costs its whole budget),
+and an answer resets it.
 
 Bounded: at most ``capacity`` settles wait (a claim is a few hundred bytes); one more is dropped and
 logged, and its claim expires by itself, as it did before this existed. Thread-safe: any thread
@@ -128,6 +129,7 @@ class SettleRetrier:
                 answer = Error(f"{type(exc).__name__}: {exc}"[:200])
             if isinstance(answer, Error):
                 with self._turn:
+                    self._waiting.rotate(-1)  # to the back: one dead store holds up no other
                     self._delay = min(max(2 * self._delay, FIRST_DELAY_S), MAX_DELAY_S)
                     self._resume_at = self.clock() + self._delay
                 return False

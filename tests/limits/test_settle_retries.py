@@ -131,3 +131,19 @@ def test_the_background_thread_is_started_once_per_retrier(private_redis):
     wait_for(lambda: retrier.pending() == 0, timeout=10, what="the moot settles to be done")
     after = {t.ident for t in threading.enumerate() if t.name == "claim-settles"}
     assert len(after - before) == 1
+
+
+def test_a_settle_its_store_cannot_answer_holds_up_no_other(private_redis, redis_client):
+    from django.conf import settings
+
+    retrier = settling.SettleRetrier(background=False)
+    dead = RedisStore(private_redis.url, timeout_ms=BUDGET_MS)
+    live = RedisStore(settings.REDIS_URL, timeout_ms=BUDGET_MS)
+    assert isinstance(live.hit([], claim("live")), Ok)
+    private_redis.stop()
+    retrier.add(dead, claim("dead"), True, "1", "timeout")
+    retrier.add(live, claim("live"), True, "2", "timeout")
+    assert retrier.run_once() is False  # the dead store's settle failed, and went to the back
+    assert retrier.run_once() is False  # the live one landed before it failed again
+    assert retrier.pending() == 1
+    assert live.hit([], claim("live", "other")) == Duplicate("2")
