@@ -237,15 +237,19 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
                 _log_failure("intake_outcome_unknown", arrival, exc, logging.ERROR)
                 return Unknown(arrival.dedupe_key is not None, arrival.is_webhook, headers)
             _log_failure("intake_commit_failed", arrival, exc, logging.ERROR)
-            reason = "the database did not store it" if write.sent else "the database could not be reached"
+            reason = (
+                "the database did not store it" if write.connected else "the database could not be reached"
+            )
             return Unavailable(reason, headers)
     _settle(claim, committed=True, record_id=record_id)
     return Accepted(record_id, commands, headers)
 
 
 class _Write:
-    """How far a write got: ``sent`` once the statement that commits has gone to the database."""
+    """How far a write got: ``connected`` once the database was reached, ``sent`` once the
+    statement that commits has gone to it."""
 
+    connected = False
     sent = False
 
 
@@ -283,6 +287,7 @@ def _store(arrival: Arrival, now: datetime, committed: list, write: _Write) -> t
     queue = dispatch.commands_queue()
     born = [_birth(state, idempotent, now) for _, idempotent in arrival.connectors]
     _connect()
+    write.connected = True
     if connection.vendor == "postgresql" and queue.backend == "database" and queue.using == connection.alias:
         return _store_in_one_statement(arrival, born, now, queue, committed, write)
     delivery = None

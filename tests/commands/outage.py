@@ -6,6 +6,7 @@ cluster that cuts a connection right after the server answered a chosen write (`
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -61,9 +62,10 @@ def set_up(service_env: dict, database_url: str) -> Site:
     return Site(database_url, seeded.stdout.strip().splitlines()[-1])
 
 
-# The server's ReadyForQuery (idle): the last message of its answer to a statement, sent once the
-# statement's transaction has ended (committed, for a statement that commits by itself).
-READY_FOR_QUERY = b"Z\x00\x00\x00\x05I"
+# The server's ReadyForQuery (then its status: idle, in a transaction or a failed one): the last
+# message of its answer to a statement, sent once the statement is done (and committed, for one
+# that commits by itself).
+READY_FOR_QUERY = re.compile(rb"Z\x00\x00\x00\x05[ITE]")
 
 
 class CuttingProxy:
@@ -124,7 +126,7 @@ class CuttingProxy:
             while data := server.recv(65536):
                 if cut.is_set():
                     dropped += data
-                    if READY_FOR_QUERY in dropped:  # the server's whole answer: the write ended
+                    if READY_FOR_QUERY.search(dropped):  # the server's whole answer: the write ended
                         with self._lock:
                             self.cuts += 1
                         break

@@ -195,3 +195,22 @@ def test_a_submission_whose_commit_answer_was_lost_says_the_outcome_is_unknown_a
     proxy.cut_after(b"no-key")
     assert_unavailable(client.submit("no-key", idempotent=False), UNKNOWN_WITHOUT_KEY)
     assert proxy.cuts == 2
+
+
+def test_a_connection_lost_before_the_commit_was_sent_is_a_503_that_says_nothing_was_stored(
+    site, private_postgres, proxy, start_node, redis_client
+):
+    through_proxy = site.database_url.replace(f":{private_postgres.port}/", f":{proxy.port}/")
+    # The Redis queue's write is a transaction: the server answers its INSERT, and that answer is cut.
+    node = start_node(workers=1, threads=2, DATABASE_URL=through_proxy, ANKUSA_QUEUE_BACKEND="redis")
+    client = Client(node, site.token)
+    assert client.hook("before")[0] == 202
+    proxy.cut_after(b"cut-me")
+
+    assert_unavailable(client.hook("cut-me"), "Nothing was stored (the database did not store it); retry.")
+    assert proxy.cuts == 1
+    with psycopg.connect(site.database_url) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM commands_delivery WHERE event_key = 'cut-me'"
+        ).fetchone() == (0,)
+    assert client.hook("cut-me")[0] == 202
