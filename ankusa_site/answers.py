@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 
+import psycopg
 from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -51,9 +52,9 @@ def unreachable(exc: BaseException) -> str | None:
 
     Django raises ``OperationalError`` when it cannot connect, when the server ends the session or
     the connection breaks, and for a statement the server cancelled (a timeout, a shutdown);
-    ``InterfaceError`` for a connection already closed. All are worth a retry; none is the
-    request's fault. A ``redis`` reply error (a bug, a full memory) is not an outage."""
-    if isinstance(exc, OperationalError | InterfaceError):
+    ``InterfaceError`` for a connection already closed (psycopg's own, unwrapped, count too). All
+    are worth a retry; none is the request's fault. A ``redis`` reply error (a bug, a full memory) is not an outage."""
+    if isinstance(exc, OperationalError | InterfaceError | psycopg.OperationalError | psycopg.InterfaceError):
         return "database"
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return "Redis"

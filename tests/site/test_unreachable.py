@@ -3,6 +3,7 @@ Retry-After) and which are something else (left to the site's 500), from real fa
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 import redis
 from django.db import IntegrityError, connection
@@ -23,6 +24,12 @@ def test_a_database_that_refuses_connections_is_unreachable():
     wrapper = load_backend(settings["ENGINE"]).DatabaseWrapper(settings, "unreachable")
     with pytest.raises(Exception) as raised:
         wrapper.ensure_connection()
+    assert unreachable(raised.value) == "database"
+
+
+def test_psycopgs_own_connection_failure_is_unreachable():
+    with pytest.raises(psycopg.Error) as raised:
+        psycopg.connect(f"postgresql://postgres@127.0.0.1:{free_port()}/x", connect_timeout=2)
     assert unreachable(raised.value) == "database"
 
 
