@@ -110,14 +110,15 @@ class SettleRetrier:
             return len(self._waiting)
 
     def run_once(self) -> bool:
-        """Try the waiting settles in order until one fails; whether none is left waiting."""
+        """Give up the settles whose claims have expired, then try the others in order until one
+        fails; whether none is left waiting."""
+        self._give_up_expired(self.clock())
         while True:
             with self._turn:
                 if not self._waiting:
                     return True
                 settle = self._waiting[0]  # only this thread takes from the left
-            now = self.clock()
-            if now >= settle.give_up_at:
+            if self.clock() >= settle.give_up_at:
                 self._done(answered=False)
                 _log("claim_settle_given_up", logging.WARNING, settle.claim, settle.committed)
                 continue
@@ -142,6 +143,16 @@ class SettleRetrier:
                 after_ms=round((self.clock() - settle.added_at) * 1000),
             )
 
+    def _give_up_expired(self, now: float) -> None:
+        """Drop every settle whose claim has expired (during an outage only the first in line is
+        tried each round; the others must not wait out their claims in a full retrier)."""
+        with self._turn:
+            expired = [settle for settle in self._waiting if now >= settle.give_up_at]
+            if expired:
+                self._waiting = collections.deque(s for s in self._waiting if now < s.give_up_at)
+        for settle in expired:
+            _log("claim_settle_given_up", logging.WARNING, settle.claim, settle.committed)
+
     def _done(self, *, answered: bool) -> None:
         with self._turn:
             self._waiting.popleft()
@@ -150,7 +161,12 @@ class SettleRetrier:
 
     def _work(self) -> None:
         while True:
-            self.run_once()
+            try:
+                self.run_once()
+            except Exception:  # a log handler's failure, say: the thread must outlive it
+                logger.exception("claim_settle_retrier_failed")
+                with self._turn:
+                    self._resume_at = self.clock() + MAX_DELAY_S
             with self._turn:
                 while True:
                     now = self.clock()

@@ -147,3 +147,20 @@ def test_a_settle_its_store_cannot_answer_holds_up_no_other(private_redis, redis
     assert retrier.run_once() is False  # the live one landed before it failed again
     assert retrier.pending() == 1
     assert live.hit([], claim("live", "other")) == Duplicate("2")
+
+
+def test_every_settle_whose_claim_expired_is_given_up_though_another_is_first_in_line(private_redis, caplog):
+    clock = Clock()
+    retrier = settling.SettleRetrier(clock=clock, background=False)
+    store = RedisStore(private_redis.url, timeout_ms=BUDGET_MS)
+    private_redis.stop()
+    for n in range(3):
+        retrier.add(store, claim(f"short-{n}", pending_ttl_ms=5_000), True, None, "timeout")
+    retrier.add(store, claim("long", pending_ttl_ms=60_000), True, None, "timeout")
+    assert retrier.run_once() is False  # short-0 failed, and went behind the long one
+    clock.now += 5
+    with caplog.at_level(logging.WARNING, logger="ankusa.limits"):
+        assert retrier.run_once() is False
+    assert retrier.pending() == 1
+    given_up = [r.fields["event_key"] for r in caplog.records if r.getMessage() == "claim_settle_given_up"]
+    assert sorted(given_up) == ["short-0", "short-1", "short-2"]
