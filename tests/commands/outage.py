@@ -13,7 +13,6 @@ import sys
 import threading
 from dataclasses import dataclass
 
-import psycopg
 from django.conf import settings
 
 from tests.servers import free_port
@@ -46,10 +45,6 @@ def manage_env(service_env: dict, database_url: str) -> dict:
 
 def set_up(service_env: dict, database_url: str) -> Site:
     """Migrate the database at ``database_url`` and seed it."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        # The private cluster commits asynchronously (fast to set up), and an immediate restart then
-        # loses commits it had answered: not what any site runs on. This database waits for its WAL.
-        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET synchronous_commit = on")
     env = manage_env(service_env, database_url)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
