@@ -9,6 +9,9 @@ a 500: JSON nested too deep, NUL characters, lone surrogates and numbers no data
 by ``ankusa_site.parsers`` for every body, the JSON fields' included), ids
 past 2**63-1 (refused before any query), a cursor whose position is not a value of the list's
 ordering (:class:`Cursor`), and any text the renderer is handed (``ankusa_site.renderers``).
+A database or Redis that does not answer, anywhere on a request's way (authentication included),
+is a 503 ``unavailable`` with ``Retry-After`` (``ankusa_site.answers.unreachable``), never a 500;
+any other view's 503 (a queue backend's) gets ``Retry-After`` too.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
+from ankusa_site.answers import RETRY_AFTER_S, log_unreachable, unavailable_detail, unreachable
 from ankusa_site.middleware import late, late_detail
 from ankusa_site.permissions import Access  # noqa: F401 - the views' one import
 
@@ -53,6 +57,9 @@ def json_errors(exc, context):
         exc = RequestTimeout(late_detail())  # the body was cut at its deadline
     elif isinstance(exc, UnreadablePostError):  # the client went away mid-body
         exc = exceptions.ParseError("The body was cut off.")
+    elif service := unreachable(exc):
+        log_unreachable(context["request"], service, exc)
+        exc = Unavailable(unavailable_detail(service, context["request"].method))
     response = exception_handler(exc, context)
     if response is None:
         return None
@@ -63,6 +70,8 @@ def json_errors(exc, context):
         response.data = {"error": code, "detail": text, "fields": fields}
     else:
         response.data = {"error": code, "detail": str(exc.detail)}
+    if response.status_code == 503 and "Retry-After" not in response:  # any view's backend outage
+        response["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
 
@@ -85,6 +94,13 @@ class RequestTimeout(exceptions.APIException):
     status_code = 408
     default_code = "request_timeout"
     default_detail = "The body did not arrive in time."
+
+
+class Unavailable(exceptions.APIException):
+    status_code = 503
+    default_code = "unavailable"
+    default_detail = "A service this request needs did not answer; retry after the time in Retry-After."
+    wait = RETRY_AFTER_S  # DRF's handler answers it as Retry-After
 
 
 class Conflict(exceptions.APIException):

@@ -11,6 +11,9 @@
    202 ``{"status": "accepted", "id": <delivery>, "commands": [...]}``,
    200 ``{"status": "duplicate", "id": <original delivery>}``, or 429 / 409 / 413 / 503.
 
+A database that does not answer anywhere on the way — the source's configuration read included,
+whenever its cache has expired — is a 503 ``unavailable`` with ``Retry-After``, never a 500.
+
 Every refusal is JSON ``{"error", "detail"}``; one log line per request (``ankusa.intake``,
 ``hook_accepted`` / ``hook_duplicate`` / ``hook_refused``) without body, signature or secret.
 A plain Django view rather than DRF: this is the hot path, and it needs none of DRF's parsing. The
@@ -40,6 +43,7 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
+from ankusa_site.answers import answer_unreachable
 from ankusa_site.logs import log_event
 from commands import event_keys, intake, signatures
 from commands.headers import Headers
@@ -53,6 +57,7 @@ SLUG = re.compile(slug_validator.regex.pattern)
 
 @csrf_exempt
 @intake.measured("hooks")
+@answer_unreachable(wrote=False)  # a read on the way (the source's, its cache expired): 503
 def receive(request, tenant: str, source: str):
     if request.method != "POST":
         detail = f"{request.method[:10]} is not allowed here; POST a webhook."

@@ -15,7 +15,12 @@ submission (``commands.intake_api``) — to turn an authenticated request into s
    On PostgreSQL with the database queue the three writes are one statement that commits by
    itself (one round trip); elsewhere, three statements in a transaction;
 3. **after the commit**, the claim is settled as committed with the stored row's id, and only then
-   is 202 answered. A failed transaction releases the claim and answers 503 + ``Retry-After: 1``.
+   is 202 answered. A failed write releases the claim and answers 503 + ``Retry-After: 1``, whose
+   text says only what is known: "nothing was stored" when the write certainly did not commit
+   (the database could not be reached, or refused it with an error of its own), and "the outcome
+   is unknown" when the connection broke after the write that commits was sent — the server may
+   have committed it without its answer reaching us. A retry then finds it, if it was stored, as
+   a duplicate (for an arrival with a dedupe key; without one a retry may store it again).
 
 Why a 2xx is never given for something that is not stored: 202 follows a returned commit, and a
 duplicate answer comes either from a claim that was settled after a commit or from the database
@@ -167,7 +172,17 @@ class Unavailable:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Outcome = Accepted | Duplicated | InFlight | Limited | TooLarge | Unavailable
+@dataclass(frozen=True)
+class Unknown:
+    """The write that commits was sent and no answer came back: it may or may not be stored.
+    ``deduped``: whether a retry would be answered as a duplicate if it was."""
+
+    deduped: bool
+    webhook: bool
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Outcome = Accepted | Duplicated | InFlight | Limited | TooLarge | Unavailable | Unknown
 
 
 # --- submit --------------------------------------------------------------------------------------
@@ -199,8 +214,9 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
             return Unavailable(f"the quota store did not answer: {decision.result.reason}", headers)
 
     committed: list = []
+    write = _Write()
     try:
-        record_id, commands = _store(arrival, now, committed)
+        record_id, commands = _store(arrival, now, committed, write)
     except IntegrityError:
         # The database's last guard: the key is stored already (another node claimed it from its own
         # memory, or the claim expired). Answer with the stored original, if it can be read.
@@ -217,11 +233,43 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
             _log_failure("intake_enqueue_failed", arrival, exc, logging.WARNING)
             record_id, commands = committed[0]
         else:
+            # Released even when the write may be stored: a retry then inserts again, and the
+            # unique constraint answers it as a duplicate of the stored row.
             _settle(claim, committed=False)
+            if write.sent and not _refused_by_database(exc):
+                _log_failure("intake_outcome_unknown", arrival, exc, logging.ERROR)
+                return Unknown(arrival.dedupe_key is not None, arrival.is_webhook, headers)
             _log_failure("intake_commit_failed", arrival, exc, logging.ERROR)
-            return Unavailable("the database did not store it", headers)
+            reason = (
+                "the database did not store it" if write.connected else "the database could not be reached"
+            )
+            return Unavailable(reason, headers)
     _settle(claim, committed=True, record_id=record_id)
     return Accepted(record_id, commands, headers)
+
+
+class _Write:
+    """How far a write got: ``connected`` once the database was reached, ``sent`` once the
+    statement that commits has gone to it."""
+
+    connected = False
+    sent = False
+
+
+def _refused_by_database(exc: Exception) -> bool:
+    """Whether ``exc`` is the database's own answer to the write (so it did not commit), rather
+    than a connection that broke before the answer came."""
+    if connection.vendor == "sqlite":  # in-process: any error is the database's answer
+        return True
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)  # psycopg's error, which Django's wraps
+    # None: no answer (the connection broke); 08: a connection failure; 57P: the server shut down.
+    return sqlstate is not None and not sqlstate.startswith(("08", "57P"))
+
+
+def _connect() -> None:
+    """Django's connection, checked and open: a failure here happens before anything is sent."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
 
 
 def _log_failure(event: str, arrival: Arrival, exc: Exception, level: int) -> None:
@@ -235,13 +283,16 @@ def _log_failure(event: str, arrival: Arrival, exc: Exception, level: int) -> No
     )
 
 
-def _store(arrival: Arrival, now: datetime, committed: list) -> tuple[int, list[Stored]]:
-    """The delivery, its commands and their queue items, in one transaction."""
+def _store(arrival: Arrival, now: datetime, committed: list, write: _Write) -> tuple[int, list[Stored]]:
+    """The delivery, its commands and their queue items, in one transaction. ``write.sent`` is set
+    as the statement that commits goes out."""
     state = arrival.source.initial_state if arrival.source is not None else State.APPROVED
     queue = dispatch.commands_queue()
     born = [_birth(state, idempotent, now) for _, idempotent in arrival.connectors]
+    _connect()
+    write.connected = True
     if connection.vendor == "postgresql" and queue.backend == "database" and queue.using == connection.alias:
-        return _store_in_one_statement(arrival, born, now, queue, committed)
+        return _store_in_one_statement(arrival, born, now, queue, committed, write)
     delivery = None
     if arrival.is_webhook:
         delivery = Delivery(**_delivery_values(arrival, now), body=arrival.body)
@@ -269,6 +320,9 @@ def _store(arrival: Arrival, now: datetime, committed: list) -> tuple[int, list[
                 if attempt is not None
             ],
         )
+        # What is left is the COMMIT (or, within a caller's transaction, nothing of ours): a
+        # connection lost before it was sent rolled the transaction back.
+        write.sent = True
     return record_id, stored
 
 
@@ -377,7 +431,9 @@ def _json_value(value):
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-def _store_in_one_statement(arrival: Arrival, born, now, queue, committed) -> tuple[int, list[Stored]]:
+def _store_in_one_statement(
+    arrival: Arrival, born, now, queue, committed, write: _Write
+) -> tuple[int, list[Stored]]:
     attempts = {attempt for _, attempt in born if attempt is not None}
     if attempts - {1}:  # a new command's first item is attempt 1; anything else is a bug
         raise RuntimeError(f"unexpected attempt numbers at birth: {attempts}")
@@ -401,6 +457,7 @@ def _store_in_one_statement(arrival: Arrival, born, now, queue, committed) -> tu
     params += [json.dumps(command_rows), *enqueue_params, State.QUEUED.value]
     # Outside a transaction the statement commits by itself: one round trip, no BEGIN or COMMIT.
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+        write.sent = True
         rows, _ = execute_prepared(connection, sql, params)
     ids = {connector: pk for kind, pk, connector in rows if kind == "command"}
     stored = [
@@ -556,7 +613,23 @@ def refusal(outcome: Outcome) -> Refusal | None:
             return Refusal(
                 503, "unavailable", f"Nothing was stored ({reason}); retry.", {**headers, "Retry-After": "1"}
             )
+        case Unknown(deduped=deduped, webhook=webhook, headers=headers):
+            return Refusal(
+                503, "unavailable", _unknown_detail(deduped, webhook), {**headers, "Retry-After": "1"}
+            )
     return None
+
+
+def _unknown_detail(deduped: bool, webhook: bool) -> str:
+    detail = (
+        "The outcome is unknown: the connection to the database broke after the write was sent, "
+        "so it may have been stored. "
+    )
+    if deduped:
+        return detail + "Retry: if it was stored, the retry is answered as a duplicate."
+    if webhook:
+        return detail + "This source does not dedupe its events: a retry may store it a second time."
+    return detail + "Without an Idempotency-Key a retry may store it a second time; send one to retry safely."
 
 
 def measured(endpoint: str):

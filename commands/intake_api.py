@@ -38,6 +38,7 @@ from drf_spectacular.utils import (
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
+from ankusa_site.answers import answer_unreachable
 from ankusa_site.api import StrictSerializer, json_errors
 from ankusa_site.logs import log_event
 from commands import event_keys, intake
@@ -128,6 +129,7 @@ def _submitting_tenant(request, named: str | None) -> Tenant | intake.Refusal:
 
 
 @intake.measured("api")
+@answer_unreachable(wrote=False)  # the tenant's and connector's reads: 503, and counted
 def submit(request) -> Response:
     """Admit, store and queue one command from a REST request (DRF ``Request``, authenticated)."""
     content_type = request.content_type.split(";")[0].strip().lower()

@@ -6,6 +6,7 @@
     decision = admission.admit(tenant, len(body), claim)
     match decision.result:
         case Ok():              store the command; admission.settle(claim, committed=<did it commit>)
+                                (a settle the store misses is retried in the background)
         case Duplicate(id):     200 with the original id
         case Pending(ms):       409 + Retry-After
         case RateLimited(ms):   429 + Retry-After
@@ -39,7 +40,7 @@ from ankusa_site.logs import log_event
 from limits.gcra import Limit
 from limits.models import Tenant
 from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
-from limits.store import Charge, Claim, Error, Exceeds, Ok, RateLimited, Result, Store, get_store
+from limits.store import Charge, Claim, Error, Exceeds, Ok, RateLimited, Result, Store, get_store, settling
 
 logger = logging.getLogger("ankusa.limits")
 
@@ -154,15 +155,19 @@ def admit(
 def settle(
     claim: Claim, committed: bool, *, command_id: str | int | None = None, store: Store | None = None
 ) -> bool:
-    """Commit (the command is durable) or release (its commit failed) the claim; best effort.
+    """Commit (the command is durable) or release (its commit failed) the claim. Whether it did.
 
     ``command_id``: the id a duplicate is answered with from now on, when it differs from the one
-    the claim was made with (a row id known only after the insert).
+    the claim was made with (a row id known only after the insert). A store that did not answer in
+    time hands the settle to this process's retrier (``limits.store.settling``), which tries it
+    again off the request path until it lands or the claim's pending TTL makes it moot.
     """
     command_id = None if command_id is None else str(command_id)
-    answer = (store or get_store()).settle(claim, committed, command_id=command_id)
-    if answer is not True:
-        reason = answer.reason if isinstance(answer, Error) else "no longer held by this token"
+    store = store or get_store()
+    answer = store.settle(claim, committed, command_id=command_id)
+    if isinstance(answer, Error):
+        settling.RETRIER.add(store, claim, committed, command_id, answer.reason)
+    elif answer is not True:
         log_event(
             logger,
             "claim_settle_failed",
@@ -171,6 +176,6 @@ def settle(
             tenant=claim.tenant,
             source=claim.source_id,
             event_key=claim.key[:200],
-            reason=reason,
+            reason="no longer held by this token",
         )
     return answer is True

@@ -15,7 +15,8 @@ Claims follow the store that took them: ``settle`` first asks the local store (a
 the outage lives there) and otherwise Redis. What is not guaranteed: while the breaker is open,
 two nodes can each take the same event key (the database's unique constraint refuses the second
 command), and a claim taken in Redis just before the outage is settled only when Redis answers
-again — until then it stays pending and expires after ``pending_ttl_ms``.
+again (``limits.store.settling`` retries it until then) — it stays pending meanwhile, and expires
+after ``pending_ttl_ms`` if Redis does not answer before.
 """
 
 from __future__ import annotations

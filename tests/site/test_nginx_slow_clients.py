@@ -30,7 +30,6 @@ HOSTILE = 64  # of each kind
 RUN_S = 13.0  # longer than nginx's 10 s header deadline, so it cuts the first round of slow headers
 TRICKLE_S = 0.5  # one byte per client this often: inside client_body_timeout, so bodies never end
 HEADERS_FROM, BODIES_FROM = "127.0.0.2", "127.0.0.3"  # the good client comes from 127.0.0.1
-BODY = b'{"order": "A-1", "action": "ship"}'
 
 
 class Crowd:
@@ -97,9 +96,16 @@ def good_request(port: int, method: str, path: str, body: bytes | None = None, h
     return status, time.monotonic() - started, data
 
 
+def good_body(event: str) -> bytes:
+    # Each webhook its own order: a GitHub source dedupes by body digest too (Source.dedupe_body).
+    return json.dumps({"order": event, "action": "ship"}).encode()
+
+
 def signed_hook(port: int):
-    headers = {"Content-Type": "application/json", **github_headers(BODY, f"good-{uuid.uuid4()}")}
-    return good_request(port, "POST", "/hooks/acme/orders/", BODY, headers)
+    event = f"good-{uuid.uuid4()}"
+    body = good_body(event)
+    headers = {"Content-Type": "application/json", **github_headers(body, event)}
+    return good_request(port, "POST", "/hooks/acme/orders/", body, headers)
 
 
 @pytest.fixture
@@ -159,17 +165,19 @@ def test_slow_headers_and_slow_bodies_do_not_starve_good_clients(source, start_n
 
 def signed_hook_from(port: int, source: str):
     """``(status, json)`` of a signed webhook from ``source``, over its own TLS connection."""
-    headers = {"Content-Type": "application/json", **github_headers(BODY, f"over-{uuid.uuid4()}")}
+    event = f"over-{uuid.uuid4()}"
+    body = good_body(event)
+    headers = {"Content-Type": "application/json", **github_headers(body, event)}
     raw = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
     with client_context().wrap_socket(raw) as sock:
         head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         sock.sendall(
             f"POST /hooks/acme/orders/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{head}"
-            f"Content-Length: {len(BODY)}\r\n\r\n".encode()
-            + BODY
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         answer = b""
         while data := sock.recv(65536):
             answer += data
-    head, _, body = answer.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), json.loads(body)
+    head, _, answer_body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(answer_body)
