@@ -194,7 +194,9 @@ def test_a_poll_that_cannot_reach_the_lock_drains_anyway_and_says_so(
     assert "the lock could not be taken" in caplog.text
 
 
-def test_a_failed_drain_between_rounds_is_logged_once_and_the_next_round_runs(settings, monkeypatch, caplog):
+def test_a_failed_drain_is_tried_again_at_the_poll_period_doubling_not_at_the_next_round(
+    settings, monkeypatch, caplog
+):
     from commands.management.commands import dispatch as command_module
 
     settings.ANKUSA_DISPATCH_POLL_S = 0.05
@@ -202,14 +204,23 @@ def test_a_failed_drain_between_rounds_is_logged_once_and_the_next_round_runs(se
 
     def failing(dispatcher, **options):
         calls.append(1)
-        raise ConnectionError("database went away")
+        if len(calls) <= 3:
+            raise ConnectionError("database went away")
+        return None
 
     monkeypatch.setattr(command_module, "drain_waiting", failing)
     out = io.StringIO()
-    # Two seconds: room for a first round on a busy machine, then forty poll periods to the end.
-    call_command("dispatch", "--interval", "60", "--max-seconds", "2", stdout=out)
-    assert len(calls) == 1  # not again every poll period: the rest of the wait is the next round's
-    assert caplog.text.count("dispatch drain failed; looking again at the next round") == 1
+    # An hour between rounds: only the drain's own retries can call it again within the run.
+    call_command("dispatch", "--interval", "3600", "--max-seconds", "1.5", stdout=out)
+    assert len(calls) >= 5  # three failures, then every poll period again
+    assert caplog.text.count("dispatch drain failed; retrying in 0.05 s") == 1  # the traceback once
+    assert "dispatch drain failed again (database went away); retrying in 0.1 s" in caplog.text
+    assert "dispatch drain failed again (database went away); retrying in 0.2 s" in caplog.text
+
+
+def test_the_loops_retries_double_from_the_poll_period_up_to_two_seconds():
+    assert [dispatch.retry_delay(n, 0.25) for n in range(1, 7)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert dispatch.retry_delay(3, 5.0) == 5.0  # a poll period longer than the cap is the pause
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
