@@ -717,10 +717,14 @@ class _Recorder:
                     self.inbox = []
                     batch, last_try = list(self.writing), self.closing
                 counts = self._write(batch)
-                if counts is None and last_try:
-                    counts = self._spool(batch)
+                if isinstance(counts, Exception):
+                    # A broken connection is dropped so the next try reconnects.
+                    connections.close_all()
+                    self._report_failure(len(batch), counts, last_try)
+                    if last_try:
+                        counts = self._spool(batch)
                 with self.changed:
-                    if counts is None:
+                    if isinstance(counts, Exception):
                         self.failures += 1
                         # Woken early by close(), for the last try.
                         self.changed.wait_for(lambda: self.closing, timeout=self.pause(self.failures))
@@ -733,8 +737,8 @@ class _Recorder:
         finally:
             connections.close_all()
 
-    def _write(self, batch: list) -> Counter | None:
-        """Write ``batch``; its counts, or None if it failed (and may be tried again)."""
+    def _write(self, batch: list) -> Counter | Exception:
+        """Write ``batch``; its counts, or what went wrong (it may be tried again)."""
         sent = [one for _, one in batch if isinstance(one, Sent)]
         unstarted = [entry.item for entry, one in batch if one is UNSTARTED]
         try:
@@ -747,21 +751,17 @@ class _Recorder:
                 items=tuple(entry.item for entry, one in batch if one is not UNSTARTED),
             )
         except Exception as exc:
-            # A broken connection is dropped so the next try reconnects.
-            connections.close_all()
-            if not self.failures:
-                logger.exception("recording %s finished sends failed; trying again", len(batch))
-            else:
-                logger.warning(
-                    "recording %s finished sends failed again (%s); trying again in %g s",
-                    len(batch),
-                    exc,
-                    self.pause(self.failures + 1),
-                )
-            return None
+            return exc
         counts["stale"] += len(batch) - len(sent) - len(unstarted)
         counts["unstarted"] += len(unstarted)
         return +counts
+
+    def _report_failure(self, count: int, exc: Exception, last_try: bool) -> None:
+        then = "spooling them" if last_try else "trying again"
+        if not self.failures:  # the first of an outage with its traceback, the others in a line
+            logger.error("recording %s finished sends failed; %s", count, then, exc_info=exc)
+        else:
+            logger.warning("recording %s finished sends failed again (%s); %s", count, exc, then)
 
     def _spool(self, batch: list) -> Counter:
         """Keep the outcomes of ``batch`` on disk (its other entries' items expire and come back)."""
