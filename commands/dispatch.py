@@ -764,18 +764,23 @@ class _Recorder:
             logger.warning("recording %s finished sends failed again (%s); %s", count, exc, then)
 
     def _spool(self, batch: list) -> Counter:
-        """Keep the outcomes of ``batch`` on disk (its other entries' items expire and come back)."""
+        """Keep the outcomes of ``batch`` on disk, and the items of its failed starts (to go back to
+        the queue at once when written back, rather than after the visibility timeout)."""
         records = [spooled(entry, one) for entry, one in batch if isinstance(one, Sent)]
+        records += [
+            {"item": item_record(entry.item), "unstarted": True} for entry, one in batch if one is UNSTARTED
+        ]
         if not records:
             return Counter()
+        sent = sum(1 for record in records if "command" in record)
         try:
             path = spool.write(records)
         except OSError:
             # Nowhere to keep them: their commands are recovered as WorkerLost, never sent again.
-            logger.exception("spooling %s unrecorded outcomes failed", len(records))
-            return Counter({"unrecorded": len(records)})
-        log_event(logger, "outcomes_spooled", level=logging.WARNING, count=len(records), file=str(path))
-        return Counter({"spooled": len(records)})
+            logger.exception("spooling %s unrecorded outcomes failed", sent)
+            return Counter({"unrecorded": sent})
+        log_event(logger, "outcomes_spooled", level=logging.WARNING, count=sent, file=str(path))
+        return Counter({"spooled": sent})
 
     def take_results(self, give_up: Callable[[], bool] = lambda: False) -> Counter:
         """Wait until everything handed over is written (or spooled), or until ``give_up()`` says
@@ -802,19 +807,23 @@ UNSTARTED = object()
 
 def spooled(entry: _Entry, sent: Sent) -> dict:
     """A finished send and its queue item as a spool record (JSON)."""
-    item = entry.item
     return {
         "command": sent.command.pk,
         "attempt": sent.attempt,
         "started": sent.started.isoformat(),
         "finished": sent.finished.isoformat(),
         "outcome": dataclasses.asdict(sent.outcome),
-        "item": {
-            "id": item.id,
-            "claims": item.claims,
-            "payload": item.payload,
-            "enqueued_at": item.enqueued_at.isoformat(),
-        },
+        "item": item_record(entry.item),
+    }
+
+
+def item_record(item: Item) -> dict:
+    """What a spool keeps of a claimed item: enough to finish it, or put it back, under its claim."""
+    return {
+        "id": item.id,
+        "claims": item.claims,
+        "payload": item.payload,
+        "enqueued_at": item.enqueued_at.isoformat(),
     }
 
 
@@ -826,11 +835,24 @@ def replay_spool(queue: ReliableFIFO) -> Counter:
         with spool.replaying(path) as records:
             if records is None:  # another dispatcher here is writing it back
                 continue
-            sent, items = _unspooled(records)
+            unstarted = [_item(record["item"]) for record in records if record.get("unstarted")]
+            if unstarted:
+                queue.unclaim(*unstarted)  # skipped for an item recovered and claimed since
+            outcomes = [record for record in records if "command" in record]
+            sent, items = _unspooled(outcomes)
             counts = record_outcomes(sent, timezone.now(), queue=queue, items=items)
-            log_event(logger, "spool_replayed", file=path.name, outcomes=len(records), **counts)
+            log_event(logger, "spool_replayed", file=path.name, outcomes=len(outcomes), **counts)
             results.update(counts)
     return results
+
+
+def _item(raw: dict) -> Item:
+    return Item(
+        id=raw["id"],
+        payload=raw["payload"],
+        enqueued_at=datetime.fromisoformat(raw["enqueued_at"]),
+        claims=raw["claims"],
+    )
 
 
 def _unspooled(records: list[dict]) -> tuple[list[Sent], tuple[Item, ...]]:
@@ -838,15 +860,7 @@ def _unspooled(records: list[dict]) -> tuple[list[Sent], tuple[Item, ...]]:
     connectors = Connector.objects.in_bulk({command.connector_id for command in commands.values()})
     sent, items = [], []
     for record in records:
-        raw = record["item"]
-        items.append(
-            Item(
-                id=raw["id"],
-                payload=raw["payload"],
-                enqueued_at=datetime.fromisoformat(raw["enqueued_at"]),
-                claims=raw["claims"],
-            )
-        )
+        items.append(_item(record["item"]))
         command = commands.get(record["command"])
         if command is None:  # deleted since: nothing to write on
             continue
@@ -930,9 +944,13 @@ class Dispatcher:
         self._connectors: dict[int, Connector] = {}
 
     def close(self) -> None:
-        """Finish the sends in flight and write their outcomes (or spool them: see ``_Recorder``)."""
+        """Finish the sends in flight and write their outcomes (or spool them: see ``_Recorder``).
+        Claimed sends not started (left by a drain that failed) go back to the queue the same way."""
         if self._senders is not None:
             self._senders.close()
+            for entry in self._senders.waiting:
+                self._senders.recorder.hand(entry, UNSTARTED)
+            self._senders.waiting.clear()
             self._senders.recorder.close()
             self._senders = None
 

@@ -98,8 +98,9 @@ def poll() -> dict:
     others for seconds."""
     if not dispatch.items_waiting(dispatch.commands_queue()):
         return NOTHING
-    # redis-py's lock, through django-redis: released only by the poll that holds it (a token).
-    lock = caches["redis"].lock(POLL_LOCK, timeout=POLL_LOCK_TTL_S)
+    # redis-py's lock, through django-redis: released only by the poll that holds it (a token),
+    # kept where the renewing thread sees it too (not thread-local).
+    lock = caches["redis"].lock(POLL_LOCK, timeout=POLL_LOCK_TTL_S, thread_local=False)
     try:
         held = lock.acquire(blocking=False)
     except Exception:  # Redis out of reach: draining unlocked costs overlap, never a second send
