@@ -3,7 +3,6 @@ killed while it drains stalls the others for seconds (the poll lock is short and
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import threading
@@ -17,42 +16,14 @@ from commands import dispatch, tasks
 from commands.models import Command
 from commands.states import State
 from queues.fifo import get_queue
+from tests.commands.children import Output, start, stop
 from tests.servers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-class Output:
-    """A child process's merged output, read by a thread as it comes."""
-
-    def __init__(self, process: subprocess.Popen):
-        self.process = process
-        self.lines: list[str] = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    def has(self, text: str) -> bool:
-        return any(text in line for line in list(self.lines))
-
-    def text(self) -> str:
-        self.thread.join(timeout=10)
-        return "".join(self.lines)
-
-
 def celery(python: str, env: dict, *args: str) -> Output:
-    process = subprocess.Popen(
-        [python, "-m", "celery", "-A", "ankusa_site", *args],
-        cwd=settings.BASE_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return Output(process)
+    return start([python, "-m", "celery", "-A", "ankusa_site", *args], cwd=settings.BASE_DIR, env=env)
 
 
 def worker(python: str, env: dict, name: str) -> Output:
@@ -66,17 +37,6 @@ def beat(python: str, env: dict, folder) -> Output:
     return celery(
         python, env, "beat", "--schedule", str(folder / "beat-schedule"), "--pidfile", "", "-l", "info"
     )
-
-
-def stop(output: Output) -> str:
-    if output.process.poll() is None:
-        output.process.send_signal(signal.SIGTERM)
-        try:
-            output.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            output.process.kill()
-            output.process.wait()
-    return output.text()
 
 
 def test_celery_worker_and_beat_run_a_task_from_a_venv_of_the_runtime_requirements_alone(
