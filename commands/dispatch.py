@@ -1,4 +1,4 @@
-"""The dispatch loop: sweep, consume, recover — one round, run by ``manage.py dispatch`` or Celery.
+"""The dispatch loop: sweep, consume, recover — run by ``manage.py dispatch`` or Celery.
 
 * **sweep** — every due command (``approved``, or ``failed`` and due) goes through
   ``retry.decide``. Taken: ``→ queued`` by a conditional update and one item on the ``commands``
@@ -15,7 +15,14 @@
   (the system check E002 keeps a live send shorter than that): it becomes ``failed`` with **no**
   outlook, because nobody knows whether it went out, so a non-idempotent connector is never sent
   twice by the machine. Queue items claimed that long ago go back to the queue. A command
-  ``queued`` with no item left (lost between its commit and its enqueue) gets a new item.
+  ``queued`` with no item left (lost between its commit and its enqueue) gets a new item. A
+  long-running loop recovers on a timer of its own (:func:`keep_recovering`), not once a round.
+* **outcomes are kept until written** — the recorder tries a refused write again with a capped
+  backoff; a dispatcher closing while the database refuses spools the outcomes to local disk
+  (``commands.spool``), and the next drain on that node writes them back before it claims
+  anything. A command whose outcome is held unwritten is not recovered as lost by its own
+  process; one recovered meanwhile by another gets its real outcome when it arrives, while it
+  still waits as ``WorkerLost`` at that attempt.
 
 Why nothing is ever sent twice by the loop: a send happens only after winning
 ``queued → dispatching`` for attempt *n*, and a command reaches ``queued`` for attempt *n* only
@@ -25,7 +32,8 @@ once, and an item handed out twice costs a no-op, not a second send.
 
 What is not guaranteed: the per-connector cap is per process (N processes send up to N × the cap
 to one receiver); a command whose worker dies mid-send waits for a person even if the receiver
-never saw it — that is the price of never sending a non-idempotent command twice.
+never saw it — that is the price of never sending a non-idempotent command twice. The same holds
+for an outcome held in memory when the process is killed with -9, or spooled on a disk that is lost.
 """
 
 from __future__ import annotations

@@ -145,6 +145,12 @@ def test_celerys_consume_of_an_empty_queue_starts_no_dispatcher(monkeypatch):
     assert tasks.consume() == {"claimed": 0, "results": {}}
 
 
+def test_celery_beat_recovers_at_the_loops_recovery_period_not_at_its_interval(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["commands-recover"]
+    assert (entry["task"], entry["schedule"]) == ("commands.recover", settings.ANKUSA_DISPATCH_RECOVER_S)
+    assert settings.ANKUSA_DISPATCH_RECOVER_S == 2.0
+
+
 def test_celery_beat_polls_every_poll_period_and_drops_a_poll_left_unstarted_ten_periods(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["commands-poll"]
     assert (entry["task"], entry["schedule"]) == ("commands.poll", settings.ANKUSA_DISPATCH_POLL_S)
