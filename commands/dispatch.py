@@ -783,8 +783,8 @@ class _Recorder:
         sent = sum(1 for record in records if "command" in record)
         try:
             path = spool.write(records)
-        except OSError:
-            # Nowhere to keep them: their commands are recovered as WorkerLost, never sent again.
+        except Exception:
+            # Nowhere to keep them (a full or read-only disk): their commands are recovered as WorkerLost, never sent again.
             logger.exception("spooling %s unrecorded outcomes failed", sent)
             return Counter({"unrecorded": sent})
         log_event(logger, "outcomes_spooled", level=logging.WARNING, count=sent, file=str(path))
@@ -795,7 +795,8 @@ class _Recorder:
         to stop waiting; returns the counts since the last call. What is not written yet stays
         here, tried again."""
         with self.changed:
-            while self.unsettled and not give_up():
+            # A thread that died (a bug) settles nothing more: waiting for it would hang the loop.
+            while self.unsettled and not give_up() and self.thread.is_alive():
                 self.changed.wait(POLL_S)
             results, self.results = self.results, Counter()
         return results
