@@ -200,28 +200,34 @@ def test_a_poll_that_cannot_reach_the_lock_drains_anyway_and_says_so(
     assert "the lock could not be taken" in caplog.text
 
 
-def test_a_failed_drain_is_tried_again_at_the_poll_period_doubling_not_at_the_next_round(
+def test_a_failed_drain_is_tried_again_at_the_poll_period_doubling_to_2_s_not_at_the_next_round(
     settings, monkeypatch, caplog
 ):
     from commands.management.commands import dispatch as command_module
 
-    settings.ANKUSA_DISPATCH_POLL_S = 0.05
-    calls = []
+    settings.ANKUSA_DISPATCH_POLL_S = 0.25
+    now, pauses, drains = [0.0], [], []
+
+    def pause(self, stop, seconds):  # time moves instead of passing
+        pauses.append(seconds)
+        now[0] += seconds
 
     def failing(dispatcher, **options):
-        calls.append(1)
-        if len(calls) <= 3:
+        drains.append(now[0])
+        if len(drains) <= 6:
             raise ConnectionError("database went away")
         return None
 
+    monkeypatch.setattr(command_module.Command, "clock", staticmethod(lambda: now[0]))
+    monkeypatch.setattr(command_module.Command, "pause", pause)
     monkeypatch.setattr(command_module, "drain_waiting", failing)
-    out = io.StringIO()
     # An hour between rounds: only the drain's own retries can call it again within the run.
-    call_command("dispatch", "--interval", "3600", "--max-seconds", "1.5", stdout=out)
-    assert len(calls) >= 5  # three failures, then every poll period again
-    assert caplog.text.count("dispatch drain failed; retrying in 0.05 s") == 1  # the traceback once
-    assert "dispatch drain failed again (database went away); retrying in 0.1 s" in caplog.text
-    assert "dispatch drain failed again (database went away); retrying in 0.2 s" in caplog.text
+    call_command("dispatch", "--interval", "3600", "--max-seconds", "10", stdout=io.StringIO())
+    # After the round, a poll period; then six failures, a pause doubling up to 2 s after each.
+    assert pauses[:8] == [0.25, 0.25, 0.5, 1.0, 2.0, 2.0, 2.0, 0.25]
+    assert drains[:7] == [0.25, 0.5, 1.0, 2.0, 4.0, 6.0, 8.0]
+    assert caplog.text.count("dispatch drain failed; retrying in 0.25 s") == 1  # the traceback once
+    assert "dispatch drain failed again (database went away); retrying in 2 s" in caplog.text
 
 
 def test_the_loops_retries_double_from_the_poll_period_up_to_two_seconds():

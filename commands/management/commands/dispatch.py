@@ -43,6 +43,8 @@ logger = logging.getLogger("ankusa.commands.dispatch")
 
 class Command(BaseCommand):
     help = "Run the dispatch loop: sweep and drain every interval, recover on a timer (or --once)."
+    # The loop's clock; with ``pause``, what tests replace to move time instead of waiting it out.
+    clock = staticmethod(time.monotonic)
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Run one round and exit.")
@@ -65,7 +67,7 @@ class Command(BaseCommand):
 
     def run(self, stop: threading.Event, *, once=False, max_seconds=None, interval=None, **options):
         interval = interval or settings.ANKUSA_DISPATCH_INTERVAL_S
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        deadline = None if max_seconds is None else self.clock() + max_seconds
         with Dispatcher(stop=stop) as dispatcher:
             if once:
                 close_old_connections()
@@ -93,10 +95,10 @@ class Command(BaseCommand):
         )
         recovery.start()
         failures = 0
-        next_round = time.monotonic()
+        next_round = self.clock()
         try:
             while not stop.is_set():
-                now = time.monotonic()
+                now = self.clock()
                 if deadline is not None and now >= deadline:
                     break
                 until = next_round if deadline is None else min(next_round, deadline)
@@ -107,13 +109,13 @@ class Command(BaseCommand):
                     if step == "round":
                         left = None if deadline is None else max(0.0, deadline - now)
                         self.stdout.write(run_round(dispatcher, max_seconds=left, recovering=False).line())
-                        next_round = time.monotonic() + interval
+                        next_round = self.clock() + interval
                     else:
                         drained = drain_waiting(dispatcher, max_seconds=max(0.0, until - now))
                         if drained is not None and drained.drained.claimed:
                             self.stdout.write(drained.line())
                     failures = 0
-                    pause = min(poll, next_round - time.monotonic())  # a round due starts at once
+                    pause = min(poll, next_round - self.clock())  # a round due starts at once
                 except Exception as exc:
                     # An outage: whatever this step left half-done is what recovery is for. A failed
                     # round stays due, and is tried again first.
@@ -124,11 +126,14 @@ class Command(BaseCommand):
                     else:
                         logger.warning("dispatch %s failed again (%s); retrying in %g s", step, exc, pause)
                 if deadline is not None:
-                    pause = min(pause, deadline - time.monotonic())
-                stop.wait(max(0.0, pause))
+                    pause = min(pause, deadline - self.clock())
+                self.pause(stop, max(0.0, pause))
         finally:
             ended.set()
             recovery.join()
+
+    def pause(self, stop: threading.Event, seconds: float) -> None:
+        stop.wait(seconds)
 
     def report_recovery(self, summary: RecoverSummary) -> None:
         self.stdout.write(f"dispatch recovery: {recovery_line(summary)}")
