@@ -784,7 +784,8 @@ class _Recorder:
         try:
             path = spool.write(records)
         except Exception:
-            # Nowhere to keep them (a full or read-only disk): their commands are recovered as WorkerLost, never sent again.
+            # Nowhere to keep them (a full or read-only disk): their commands are recovered as
+            # WorkerLost, never sent again.
             logger.exception("spooling %s unrecorded outcomes failed", sent)
             return Counter({"unrecorded": sent})
         log_event(logger, "outcomes_spooled", level=logging.WARNING, count=sent, file=str(path))
