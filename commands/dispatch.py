@@ -22,7 +22,8 @@
   (``commands.spool``), and the next drain on that node writes them back before it claims
   anything. A command whose outcome is held unwritten is not recovered as lost by its own
   process; one recovered meanwhile by another gets its real outcome when it arrives, while it
-  still waits as ``WorkerLost`` at that attempt.
+  still waits as ``WorkerLost`` at that attempt. A start whose statement failed sent nothing: it
+  is undone (it may have committed unseen) and its item goes back to the head of the queue.
 
 Why nothing is ever sent twice by the loop: a send happens only after winning
 ``queued → dispatching`` for attempt *n*, and a command reaches ``queued`` for attempt *n* only
@@ -52,6 +53,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from ankusa_site import metrics
@@ -545,9 +547,9 @@ class _Starts:
         self.asked: list[_Ask] = []
         self.running = 0
 
-    def start(self, entry: _Entry, now: datetime) -> bool | None:
-        """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`); None
-        when the statement failed (the database did not answer), so nothing may be sent.
+    def start(self, entry: _Entry, now: datetime) -> bool | Unstarted:
+        """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`);
+        ``Unstarted`` when the statement failed (the database did not answer): nothing may be sent.
 
         A shared statement stamps its commands with the ``now`` of the sender that makes it,
         milliseconds from each sender's own.
@@ -562,22 +564,21 @@ class _Starts:
         if not leads:
             ask.answered.wait()
             if not ask.leads:
-                return None if ask.won is None else bool(ask.won)
+                return Unstarted(ask.stamp) if ask.won is None else bool(ask.won)
         with self.lock:
             batch, self.asked = [ask, *self.asked], []
         try:
             won = start_sends([(one.entry.command.pk, one.entry.attempt) for one in batch], now)
         except Exception:
-            # Nothing was sent: the items go back to the head of the queue (UNSTARTED). Should
-            # the statement have committed unseen, the item is stale when claimed again and
-            # recover() settles the command once the visibility timeout has passed.
+            # Nothing was sent: the recorder undoes the starts should the statement have
+            # committed unseen, and puts the items back at the head of the queue (Unstarted).
             logger.exception("starting %s commands failed", len(batch))
             connections.close_all()
             won = None
         for one in batch:
             key = (one.entry.command.pk, one.entry.attempt)
             if won is None:
-                one.won = None
+                one.won, one.stamp = None, now
                 continue
             one.won = key in won
             won.discard(key)  # of two items for one attempt in the statement, one sends
@@ -590,14 +591,15 @@ class _Starts:
                 self.running -= 1
         for one in batch[1:]:
             one.answered.set()
-        return None if ask.won is None else bool(ask.won)
+        return Unstarted(ask.stamp) if ask.won is None else bool(ask.won)
 
 
 @dataclass(eq=False)
 class _Ask:
     entry: _Entry
     leads: bool = False
-    won: bool | None = None
+    won: bool | None = None  # None once answered: the statement failed
+    stamp: datetime | None = None  # the failed statement's time, as it would have stamped the start
     answered: threading.Event = field(default_factory=threading.Event)
 
 
@@ -651,8 +653,8 @@ class _Senders:
                         self.work.wait()
                 started = timezone.now()
                 won = self.starts.start(entry, started)
-                sent: Sent | None | object = UNSTARTED if won is None else None
-                if won:
+                sent: Sent | Unstarted | None = won if isinstance(won, Unstarted) else None
+                if won is True:
                     outcome = adapters.send(entry.command)  # never raises: a bug is an outcome too
                     sent = Sent(entry.command, entry.attempt, started, timezone.now(), outcome)
                 # None: not ours to send; the recorder finishes the item and counts it stale.
@@ -689,8 +691,8 @@ class _Recorder:
         # The pause after ``n`` failed writes in a row (injected by tests: no sleeping out backoffs).
         self.pause = pause or (lambda failures: retry_delay(failures, RECORD_RETRY_FIRST_S))
         self.changed = threading.Condition()
-        self.inbox: list[tuple[_Entry, Sent | None | object]] = []
-        self.writing: list[tuple[_Entry, Sent | None | object]] = []  # taken, not written yet
+        self.inbox: list[tuple[_Entry, Sent | Unstarted | None]] = []
+        self.writing: list[tuple[_Entry, Sent | Unstarted | None]] = []  # taken, not written yet
         self.unsettled = 0  # handed over and neither written nor spooled
         self.failures = 0
         self.closing = False
@@ -698,9 +700,9 @@ class _Recorder:
         self.thread = threading.Thread(target=self._run, name="record", daemon=True)
         self.thread.start()
 
-    def hand(self, entry: _Entry, sent: Sent | None | object) -> None:
-        """Take a finished send (``sent``), a start lost to another worker (None) or a start that
-        failed (``UNSTARTED``: its item goes back to the head of the queue)."""
+    def hand(self, entry: _Entry, sent: Sent | Unstarted | None) -> None:
+        """Take a finished send (``sent``), a start lost to another worker (None) or a send never
+        started (``Unstarted``: its start is undone, its item goes back to the head of the queue)."""
         with self.changed:
             self.inbox.append((entry, sent))
             self.unsettled += 1
@@ -748,15 +750,16 @@ class _Recorder:
     def _write(self, batch: list) -> Counter | Exception:
         """Write ``batch``; its counts, or what went wrong (it may be tried again)."""
         sent = [one for _, one in batch if isinstance(one, Sent)]
-        unstarted = [entry.item for entry, one in batch if one is UNSTARTED]
+        unstarted = [(entry, one) for entry, one in batch if isinstance(one, Unstarted)]
         try:
             if unstarted:
-                self.queue.unclaim(*unstarted)
+                undo_starts([(entry.command.pk, entry.attempt, one.stamp) for entry, one in unstarted])
+                self.queue.unclaim(*(entry.item for entry, _ in unstarted))
             counts = record_outcomes(
                 sent,
                 timezone.now(),
                 queue=self.queue,
-                items=tuple(entry.item for entry, one in batch if one is not UNSTARTED),
+                items=tuple(entry.item for entry, one in batch if not isinstance(one, Unstarted)),
             )
         except Exception as exc:
             return exc
@@ -776,7 +779,9 @@ class _Recorder:
         the queue at once when written back, rather than after the visibility timeout)."""
         records = [spooled(entry, one) for entry, one in batch if isinstance(one, Sent)]
         records += [
-            {"item": item_record(entry.item), "unstarted": True} for entry, one in batch if one is UNSTARTED
+            {"item": item_record(entry.item), "unstarted": unstarted_record(entry, one)}
+            for entry, one in batch
+            if isinstance(one, Unstarted)
         ]
         if not records:
             return Counter()
@@ -810,9 +815,31 @@ class _Recorder:
         self.thread.join()
 
 
-# What a sender hands the recorder for a start that failed (the database did not answer): nothing
-# went out, so the item goes back to the head of the queue for the next claim.
-UNSTARTED = object()
+@dataclass(frozen=True)
+class Unstarted:
+    """What a sender hands the recorder for a send it never started: its start statement failed
+    (``stamp``: the time that statement would have written), or it was never asked (None)."""
+
+    stamp: datetime | None = None
+
+
+def undo_starts(starts: list[tuple[int, int, datetime | None]]) -> int:
+    """Move back to ``queued`` each command ``(id, attempt, stamp)`` still ``dispatching`` that
+    attempt since ``stamp``: a start statement that failed may have committed unseen, and nothing
+    was sent. Only that statement stamped that start (a start needs the command ``queued``), so
+    no send is undone. Returns how many moved back."""
+    moved = 0
+    for pk, attempt, stamp in starts:
+        if stamp is not None:
+            moved += Command.objects.filter(
+                pk=pk, attempts=attempt, state=State.DISPATCHING, state_changed_at=stamp
+            ).update(state=State.QUEUED, attempts=F("attempts") - 1)
+    return moved
+
+
+def unstarted_record(entry: _Entry, one: Unstarted) -> dict:
+    stamp = None if one.stamp is None else one.stamp.isoformat()
+    return {"command": entry.command.pk, "attempt": entry.attempt, "stamp": stamp}
 
 
 def spooled(entry: _Entry, sent: Sent) -> dict:
@@ -845,9 +872,20 @@ def replay_spool(queue: ReliableFIFO) -> Counter:
         with spool.replaying(path) as records:
             if records is None:  # another dispatcher here is writing it back
                 continue
-            unstarted = [_item(record["item"]) for record in records if record.get("unstarted")]
+            unstarted = [record for record in records if "unstarted" in record]
             if unstarted:
-                queue.unclaim(*unstarted)  # skipped for an item recovered and claimed since
+                undo_starts(
+                    [
+                        (
+                            start["command"],
+                            start["attempt"],
+                            start["stamp"] and datetime.fromisoformat(start["stamp"]),
+                        )
+                        for start in (record["unstarted"] for record in unstarted)
+                    ]
+                )
+                # Skipped for an item recovered and claimed since.
+                queue.unclaim(*(_item(record["item"]) for record in unstarted))
             outcomes = [record for record in records if "command" in record]
             sent, items = _unspooled(outcomes)
             counts = record_outcomes(sent, timezone.now(), queue=queue, items=items)
@@ -959,7 +997,7 @@ class Dispatcher:
         if self._senders is not None:
             self._senders.close()
             for entry in self._senders.waiting:
-                self._senders.recorder.hand(entry, UNSTARTED)
+                self._senders.recorder.hand(entry, Unstarted())
             self._senders.waiting.clear()
             self._senders.recorder.close()
             self._senders = None

@@ -74,12 +74,13 @@ def in_flight(make_connector, make_command, queue):
 
 
 class Refusing:
-    """``record_outcomes`` as a database that refuses the first ``times`` writes sees it."""
+    """A write (``record_outcomes`` unless named) as a database that refuses the first ``times``
+    of them sees it."""
 
-    def __init__(self, times: int):
+    def __init__(self, times: int, write: str = "record_outcomes"):
         self.times = times
         self.calls = 0
-        self.real = dispatch.record_outcomes
+        self.real = getattr(dispatch, write)
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -264,3 +265,44 @@ def test_recovery_runs_every_period_and_backs_off_while_it_fails(queue, monkeypa
     assert waits == [0.5, 0.5, 1.0, 0.5]
     assert calls == [set()] * 4
     assert reports == [dispatch.RecoverSummary(worker_lost=1)] * 2
+
+
+def test_a_start_that_committed_unseen_is_undone_and_sent_once_later(
+    make_connector, make_command, queue, monkeypatch
+):
+    command = make_command(make_connector(kind="log"))
+    dispatch.sweep()
+    real = dispatch.start_sends
+
+    def answer_lost(wanted, now):  # the commit lands, its answer does not
+        real(wanted, now)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(dispatch, "start_sends", answer_lost)
+    with dispatch.Dispatcher(concurrency=1, queue=queue) as dispatcher:
+        assert dispatcher.drain().results == {"unstarted": 1}
+        assert Command.objects.get(pk=command.pk).state == State.QUEUED
+        assert (queue.length("main"), queue.length("busy")) == (1, 0)
+        monkeypatch.setattr(dispatch, "start_sends", real)
+        assert dispatcher.drain().results == {"succeeded": 1}
+    command.refresh_from_db()
+    assert (command.state, command.attempts) == (State.SUCCEEDED, 1)
+    assert list(Attempt.objects.values_list("number", "ok")) == [(1, True)]
+
+
+def test_the_starts_a_closing_recorder_could_not_undo_are_undone_from_the_spool(
+    make_connector, make_command, queue, monkeypatch
+):
+    command = make_command(make_connector(kind="log"))
+    dispatch.sweep()
+    [item] = queue.claim(1)
+    assert dispatch.start_sends([(command.pk, 1)], T0) == {(command.pk, 1)}  # committed unseen
+    entry = dispatch._Entry(item, Command.objects.get(pk=command.pk), 1)
+    with monkeypatch.context() as patch:
+        patch.setattr(dispatch, "undo_starts", Refusing(times=10**6, write="undo_starts"))
+        recorder = dispatch._Recorder(queue, pause=lambda failures: 3600)
+        recorder.hand(entry, dispatch.Unstarted(T0))
+        recorder.close()
+    assert Command.objects.get(pk=command.pk).state == State.DISPATCHING
+    assert dispatch.replay_spool(queue) == {}
+    assert (Command.objects.get(pk=command.pk).state, queue.length("main")) == (State.QUEUED, 1)

@@ -115,7 +115,8 @@ def test_a_start_that_fails_says_it_is_unknown_and_lets_the_next_asker_lead(
 
     monkeypatch.setattr(dispatch, "start_sends", broken)
     starts = dispatch._Starts()
-    assert starts.start(entry(command), T0) is None  # not sent: its item goes back to the queue
+    # Not sent: the recorder undoes a start stamped T0, should it have committed unseen.
+    assert starts.start(entry(command), T0) == dispatch.Unstarted(T0)
     monkeypatch.undo()
     assert starts.start(entry(command), T0) is True
     assert states(command) == [(State.DISPATCHING, 1)]
