@@ -12,6 +12,7 @@ lazily, so an outage never blocks start-up.
 
 from __future__ import annotations
 
+import math
 import secrets
 from pathlib import Path
 
@@ -251,9 +252,6 @@ ANKUSA_QUEUE_BACKEND = env_choice("ANKUSA_QUEUE_BACKEND", "database", ("database
 # Per queue name, overriding the default: "commands=redis".
 ANKUSA_QUEUE_BACKENDS = env_mapping("ANKUSA_QUEUE_BACKENDS", ("database", "redis"))
 ANKUSA_QUEUE_REQUEUE_LIMIT = env_int("ANKUSA_QUEUE_REQUEUE_LIMIT", 5, minimum=0)
-# An item claimed longer ago than this is presumed abandoned by a dead worker and recovered.
-# Five minutes is ten times the longest HTTP read timeout a connector may set by default.
-ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S = env_int("ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S", 300, minimum=1)
 
 # --- dispatch (DESIGN.md § commands) -------------------------------------------------------------
 
@@ -272,6 +270,16 @@ ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minim
 # Networks a connector may reach although they are not public (commands.adapters.egress): empty,
 # so a connector can reach neither this host nor its private network unless an installation says so.
 ANKUSA_CONNECTOR_ALLOWED_NETWORKS = env_networks("ANKUSA_CONNECTOR_ALLOWED_NETWORKS", [])
+# An item claimed longer ago than this is presumed abandoned by a dead worker and recovered. By
+# default a whole send by the site's timeouts (connect + read) and 10 s to record it: a killed
+# dispatcher's work comes back that soon. A connector with longer timeouts of its own needs it raised.
+ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S = env_int(
+    "ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S",
+    math.ceil(ANKUSA_HTTP_CONNECT_TIMEOUT_S + ANKUSA_HTTP_READ_TIMEOUT_S) + 10,
+    minimum=1,
+)
+# How often the loop (and Celery beat) looks for expired items and lost sends, apart from rounds.
+ANKUSA_DISPATCH_RECOVER_S = env_float("ANKUSA_DISPATCH_RECOVER_S", 2.0, minimum=0.1)
 
 # --- intake (DESIGN.md § Flow) -------------------------------------------------------------------
 
@@ -292,13 +300,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Celery beat runs the dispatch loop's sweep and recovery at the loop's own period; each of them
-# asks for a consume when it queued something (commands/tasks.py). Beat also sends a poll every
+# Celery beat runs the dispatch loop's sweep at the loop's own period and its recovery at the
+# loop's recovery period; each of them asks for a consume when it queued something (commands/tasks.py). Beat also sends a poll every
 # poll period, for what intake queued itself: one poll drains at a time, and a poll no worker has
 # started within ten periods (at least 10 s, clocks may differ) is dropped when one receives it.
 CELERY_BEAT_SCHEDULE = {
     "commands-sweep": {"task": "commands.sweep", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
-    "commands-recover": {"task": "commands.recover", "schedule": ANKUSA_DISPATCH_INTERVAL_S},
+    "commands-recover": {"task": "commands.recover", "schedule": ANKUSA_DISPATCH_RECOVER_S},
     "commands-poll": {
         "task": "commands.poll",
         "schedule": ANKUSA_DISPATCH_POLL_S,

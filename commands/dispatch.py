@@ -1,4 +1,4 @@
-"""The dispatch loop: sweep, consume, recover — one round, run by ``manage.py dispatch`` or Celery.
+"""The dispatch loop: sweep, consume, recover — run by ``manage.py dispatch`` or Celery.
 
 * **sweep** — every due command (``approved``, or ``failed`` and due) goes through
   ``retry.decide``. Taken: ``→ queued`` by a conditional update and one item on the ``commands``
@@ -15,7 +15,15 @@
   (the system check E002 keeps a live send shorter than that): it becomes ``failed`` with **no**
   outlook, because nobody knows whether it went out, so a non-idempotent connector is never sent
   twice by the machine. Queue items claimed that long ago go back to the queue. A command
-  ``queued`` with no item left (lost between its commit and its enqueue) gets a new item.
+  ``queued`` with no item left (lost between its commit and its enqueue) gets a new item. A
+  long-running loop recovers on a timer of its own (:func:`keep_recovering`), not once a round.
+* **outcomes are kept until written** — the recorder tries a refused write again with a capped
+  backoff; a dispatcher closing while the database refuses spools the outcomes to local disk
+  (``commands.spool``), and the next drain on that node writes them back before it claims
+  anything. A command whose outcome is held unwritten is not recovered as lost by its own
+  process; one recovered meanwhile by another gets its real outcome when it arrives, while it
+  still waits as ``WorkerLost`` at that attempt. A start whose statement failed sent nothing: it
+  is undone (it may have committed unseen) and its item goes back to the head of the queue.
 
 Why nothing is ever sent twice by the loop: a send happens only after winning
 ``queued → dispatching`` for attempt *n*, and a command reaches ``queued`` for attempt *n* only
@@ -25,15 +33,17 @@ once, and an item handed out twice costs a no-op, not a second send.
 
 What is not guaranteed: the per-connector cap is per process (N processes send up to N × the cap
 to one receiver); a command whose worker dies mid-send waits for a person even if the receiver
-never saw it — that is the price of never sending a non-idempotent command twice.
+never saw it — that is the price of never sending a non-idempotent command twice. The same holds
+for an outcome held in memory when the process is killed with -9, or spooled on a disk that is lost.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import logging
-import queue as stdlib_queue
 import threading
 import time
 from collections import Counter, defaultdict, deque
@@ -43,12 +53,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
-from commands import adapters, retry
+from commands import adapters, retry, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -66,6 +77,20 @@ CLAIM_POOLS = 2
 # How often a drain fed by the round's sweep looks for items again when it finds none: a sweep
 # batch takes about as long to decide and commit.
 FEED_POLL_S = 0.01
+# After a failed write of outcomes (the database is down), the recorder tries again after this
+# pause, doubling up to RETRY_MAX_S: a database back from a restart is written to within it, and
+# an outage costs a log line per try rather than a spin. The loop's own retries share the cap.
+RECORD_RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 2.0
+# How long a drain with a deadline (a Celery task) waits past it for its outcomes to be written
+# before it ends anyway; its dispatcher keeps trying them, and spools them when it closes.
+RECORD_PATIENCE_S = 10.0
+
+
+def retry_delay(failures: int, first: float, cap: float = RETRY_MAX_S) -> float:
+    """The pause before the next try after ``failures`` failed tries in a row: ``first`` doubling,
+    at most ``cap`` (or ``first``, if that is longer)."""
+    return min(first * 2 ** max(failures - 1, 0), max(cap, first))
 
 
 def commands_queue() -> ReliableFIFO:
@@ -329,6 +354,18 @@ def finish_sends(ids: list[int], attempt: int, event: str, now: datetime, change
         return cursor.rowcount
 
 
+def finish_recovered(pk: int, attempt: int, event: str, now: datetime, changes: dict) -> int:
+    """Give a command :func:`recover` took for lost at ``attempt`` the outcome its send had after
+    all: only while it still waits as ``WorkerLost`` at that attempt (nothing has acted on the guess
+    since), replacing the ``WorkerLost`` attempt row. Returns how many moved (0 or 1)."""
+    moved = Command.objects.filter(
+        pk=pk, attempts=attempt, state=State.FAILED, last_error_class=WORKER_LOST
+    ).update(state=next_state(State.DISPATCHING, event), state_changed_at=now, **changes)
+    if moved:
+        Attempt.objects.filter(command_id=pk, number=attempt, error_class=WORKER_LOST).delete()
+    return moved
+
+
 class _Recovered(Exception):
     """A group of finished sends did not move whole: some were recovered while in flight."""
 
@@ -353,8 +390,14 @@ def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) ->
             for one in group:
                 if finish_sends([one.command.pk], attempt, event, now, dict(changes)):
                     recorded.append(one)
+                elif finish_recovered(one.command.pk, attempt, event, now, dict(changes)):
+                    # Recovered as lost while its outcome waited to be written (an outage outlasting
+                    # the visibility timeout, a spool written back late): the outcome is what is
+                    # known, so it replaces the guess.
+                    log_event(logger, "recorded_after_recovery", command=one.command.pk, attempt=attempt)
+                    recorded.append(one)
                 else:
-                    # Only possible when a send outlives the visibility timeout, which check E002 rules out.
+                    # Moved on since (resent, cancelled, or recovered and retried): the outcome is stale.
                     logger.warning(
                         "command %s was recovered while attempt %s was in flight", one.command.pk, attempt
                     )
@@ -510,8 +553,9 @@ class _Starts:
         self.asked: list[_Ask] = []
         self.running = 0
 
-    def start(self, entry: _Entry, now: datetime) -> bool:
-        """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`).
+    def start(self, entry: _Entry, now: datetime) -> bool | Unstarted:
+        """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`);
+        ``Unstarted`` when the statement failed (the database did not answer): nothing may be sent.
 
         A shared statement stamps its commands with the ``now`` of the sender that makes it,
         milliseconds from each sender's own.
@@ -526,19 +570,22 @@ class _Starts:
         if not leads:
             ask.answered.wait()
             if not ask.leads:
-                return bool(ask.won)
+                return Unstarted(ask.stamp) if ask.won is None else bool(ask.won)
         with self.lock:
             batch, self.asked = [ask, *self.asked], []
         try:
             won = start_sends([(one.entry.command.pk, one.entry.attempt) for one in batch], now)
         except Exception:
-            # Nothing was sent: the items are finished as stale, and recover() puts their
-            # commands, still queued, back on the queue once the visibility timeout has passed.
+            # Nothing was sent: the recorder undoes the starts should the statement have
+            # committed unseen, and puts the items back at the head of the queue (Unstarted).
             logger.exception("starting %s commands failed", len(batch))
             connections.close_all()
-            won = set()
+            won = None
         for one in batch:
             key = (one.entry.command.pk, one.entry.attempt)
+            if won is None:
+                one.won, one.stamp = None, now
+                continue
             one.won = key in won
             won.discard(key)  # of two items for one attempt in the statement, one sends
         with self.lock:
@@ -550,14 +597,15 @@ class _Starts:
                 self.running -= 1
         for one in batch[1:]:
             one.answered.set()
-        return bool(ask.won)
+        return Unstarted(ask.stamp) if ask.won is None else bool(ask.won)
 
 
 @dataclass(eq=False)
 class _Ask:
     entry: _Entry
     leads: bool = False
-    won: bool | None = None
+    won: bool | None = None  # None once answered: the statement failed
+    stamp: datetime | None = None  # the failed statement's time, as it would have stamped the start
     answered: threading.Event = field(default_factory=threading.Event)
 
 
@@ -610,12 +658,13 @@ class _Senders:
                             return
                         self.work.wait()
                 started = timezone.now()
-                sent = None
-                if self.starts.start(entry, started):
+                won = self.starts.start(entry, started)
+                sent: Sent | Unstarted | None = won if isinstance(won, Unstarted) else None
+                if won is True:
                     outcome = adapters.send(entry.command)  # never raises: a bug is an outcome too
                     sent = Sent(entry.command, entry.attempt, started, timezone.now(), outcome)
                 # None: not ours to send; the recorder finishes the item and counts it stale.
-                self.recorder.inbox.put((entry, sent))
+                self.recorder.hand(entry, sent)
                 with self.lock:
                     self.in_flight[entry.command.connector_id] -= 1
                     if self.waiting:
@@ -635,62 +684,253 @@ class _Senders:
 
 class _Recorder:
     """One thread that writes finished sends in batches (``record_outcomes``), while the
-    dispatcher's own thread goes on claiming and starting: the two database paths overlap."""
+    dispatcher's own thread goes on claiming and starting: the two database paths overlap.
 
-    def __init__(self, queue: ReliableFIFO):
+    An outcome is kept until it is written: a batch that fails (the database is down) is tried
+    again after a pause doubling up to ``RETRY_MAX_S``, together with what arrived meanwhile. On
+    ``close`` it is tried once more, and what still cannot be written goes to the spool
+    (``commands.spool``), for the next dispatcher on this node to write back.
+    """
+
+    def __init__(self, queue: ReliableFIFO, *, pause: Callable[[int], float] | None = None):
         self.queue = queue
-        self.inbox: stdlib_queue.Queue = stdlib_queue.Queue()
+        # The pause after ``n`` failed writes in a row (injected by tests: no sleeping out backoffs).
+        self.pause = pause or (lambda failures: retry_delay(failures, RECORD_RETRY_FIRST_S))
+        self.changed = threading.Condition()
+        self.inbox: list[tuple[_Entry, Sent | Unstarted | None]] = []
+        self.writing: list[tuple[_Entry, Sent | Unstarted | None]] = []  # taken, not written yet
+        self.unsettled = 0  # handed over and neither written nor spooled
+        self.failures = 0
+        self.closing = False
         self.results: Counter = Counter()
-        self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="record", daemon=True)
         self.thread.start()
+
+    def hand(self, entry: _Entry, sent: Sent | Unstarted | None) -> None:
+        """Take a finished send (``sent``), a start lost to another worker (None) or a send never
+        started (``Unstarted``: its start is undone, its item goes back to the head of the queue)."""
+        with self.changed:
+            self.inbox.append((entry, sent))
+            self.unsettled += 1
+            self.changed.notify_all()
+
+    def pending_commands(self) -> set[int]:
+        """The commands whose outcome is here, not yet written: not lost, whatever their age."""
+        with self.changed:
+            return {
+                entry.command.pk for entry, sent in (*self.writing, *self.inbox) if isinstance(sent, Sent)
+            }
 
     def _run(self) -> None:
         try:
             while True:
-                batch = [self.inbox.get()]
-                while True:
-                    try:
-                        batch.append(self.inbox.get_nowait())
-                    except stdlib_queue.Empty:
-                        break
-                finished = [task for task in batch if task is not None]
-                if finished:
-                    sent = [one for _, one in finished if one is not None]
-                    try:
-                        counts = record_outcomes(
-                            sent,
-                            timezone.now(),
-                            queue=self.queue,
-                            items=tuple(entry.item for entry, _ in finished),
-                        )
-                        if len(sent) < len(finished):
-                            counts["stale"] += len(finished) - len(sent)
-                    except Exception:
-                        # The items stay busy; recover() settles their commands once the claims
-                        # expire. A broken connection is dropped so the next batch reconnects.
-                        logger.exception("recording %s finished sends failed", len(finished))
-                        counts = Counter({"error": len(finished)})
-                        connections.close_all()
-                    with self.lock:
-                        self.results.update(counts)
-                for _ in batch:
-                    self.inbox.task_done()
-                if len(finished) < len(batch):
-                    return
+                with self.changed:
+                    while not self.inbox and not self.writing and not self.closing:
+                        self.changed.wait()
+                    if not self.inbox and not self.writing:
+                        return
+                    self.writing += self.inbox
+                    self.inbox = []
+                    batch, last_try = list(self.writing), self.closing
+                counts = self._write(batch)
+                if isinstance(counts, Exception):
+                    # A broken connection is dropped so the next try reconnects.
+                    connections.close_all()
+                    self._report_failure(len(batch), counts, last_try)
+                    if last_try:
+                        counts = self._spool(batch)
+                with self.changed:
+                    if isinstance(counts, Exception):
+                        self.failures += 1
+                        # Woken early by close(), for the last try.
+                        self.changed.wait_for(lambda: self.closing, timeout=self.pause(self.failures))
+                        continue
+                    self.failures = 0
+                    self.writing = []
+                    self.unsettled -= len(batch)
+                    self.results.update(counts)
+                    self.changed.notify_all()
         finally:
             connections.close_all()
 
-    def take_results(self) -> Counter:
-        """Wait until everything handed over is written; returns the counts since the last call."""
-        self.inbox.join()
-        with self.lock:
+    def _write(self, batch: list) -> Counter | Exception:
+        """Write ``batch``; its counts, or what went wrong (it may be tried again)."""
+        sent = [one for _, one in batch if isinstance(one, Sent)]
+        unstarted = [(entry, one) for entry, one in batch if isinstance(one, Unstarted)]
+        try:
+            if unstarted:
+                undo_starts([(entry.command.pk, entry.attempt, one.stamp) for entry, one in unstarted])
+                self.queue.unclaim(*(entry.item for entry, _ in unstarted))
+            counts = record_outcomes(
+                sent,
+                timezone.now(),
+                queue=self.queue,
+                items=tuple(entry.item for entry, one in batch if not isinstance(one, Unstarted)),
+            )
+        except Exception as exc:
+            return exc
+        counts["stale"] += len(batch) - len(sent) - len(unstarted)
+        counts["unstarted"] += len(unstarted)
+        return +counts
+
+    def _report_failure(self, count: int, exc: Exception, last_try: bool) -> None:
+        then = "spooling them" if last_try else "trying again"
+        if not self.failures:  # the first of an outage with its traceback, the others in a line
+            logger.error("recording %s finished sends failed; %s", count, then, exc_info=exc)
+        else:
+            logger.warning("recording %s finished sends failed again (%s); %s", count, exc, then)
+
+    def _spool(self, batch: list) -> Counter:
+        """Keep the outcomes of ``batch`` on disk, and the items of its failed starts (to go back to
+        the queue at once when written back, rather than after the visibility timeout)."""
+        records = [spooled(entry, one) for entry, one in batch if isinstance(one, Sent)]
+        records += [
+            {"item": item_record(entry.item), "unstarted": unstarted_record(entry, one)}
+            for entry, one in batch
+            if isinstance(one, Unstarted)
+        ]
+        if not records:
+            return Counter()
+        sent = sum(1 for record in records if "command" in record)
+        try:
+            path = spool.write(records)
+        except Exception:
+            # Nowhere to keep them (a full or read-only disk): their commands are recovered as
+            # WorkerLost, never sent again.
+            logger.exception("spooling %s unrecorded outcomes failed", sent)
+            return Counter({"unrecorded": sent})
+        log_event(logger, "outcomes_spooled", level=logging.WARNING, count=sent, file=str(path))
+        return Counter({"spooled": sent})
+
+    def take_results(self, give_up: Callable[[], bool] = lambda: False) -> Counter:
+        """Wait until everything handed over is written (or spooled), or until ``give_up()`` says
+        to stop waiting; returns the counts since the last call. What is not written yet stays
+        here, tried again."""
+        with self.changed:
+            # A thread that died (a bug) settles nothing more: waiting for it would hang the loop.
+            while self.unsettled and not give_up() and self.thread.is_alive():
+                self.changed.wait(POLL_S)
             results, self.results = self.results, Counter()
         return results
 
     def close(self) -> None:
-        self.inbox.put(None)
+        """Write what is here, or spool it, and end the thread."""
+        with self.changed:
+            self.closing = True
+            self.changed.notify_all()
         self.thread.join()
+
+
+@dataclass(frozen=True)
+class Unstarted:
+    """What a sender hands the recorder for a send it never started: its start statement failed
+    (``stamp``: the time that statement would have written), or it was never asked (None)."""
+
+    stamp: datetime | None = None
+
+
+def undo_starts(starts: list[tuple[int, int, datetime | None]]) -> int:
+    """Move back to ``queued`` each command ``(id, attempt, stamp)`` still ``dispatching`` that
+    attempt since ``stamp``: a start statement that failed may have committed unseen, and nothing
+    was sent. Only that statement stamped that start (a start needs the command ``queued``), so
+    no send is undone. Returns how many moved back."""
+    moved = 0
+    for pk, attempt, stamp in starts:
+        if stamp is not None:
+            moved += Command.objects.filter(
+                pk=pk, attempts=attempt, state=State.DISPATCHING, state_changed_at=stamp
+            ).update(state=State.QUEUED, attempts=F("attempts") - 1)
+    return moved
+
+
+def unstarted_record(entry: _Entry, one: Unstarted) -> dict:
+    stamp = None if one.stamp is None else one.stamp.isoformat()
+    return {"command": entry.command.pk, "attempt": entry.attempt, "stamp": stamp}
+
+
+def spooled(entry: _Entry, sent: Sent) -> dict:
+    """A finished send and its queue item as a spool record (JSON)."""
+    return {
+        "command": sent.command.pk,
+        "attempt": sent.attempt,
+        "started": sent.started.isoformat(),
+        "finished": sent.finished.isoformat(),
+        "outcome": dataclasses.asdict(sent.outcome),
+        "item": item_record(entry.item),
+    }
+
+
+def item_record(item: Item) -> dict:
+    """What a spool keeps of a claimed item: enough to finish it, or put it back, under its claim."""
+    return {
+        "id": item.id,
+        "claims": item.claims,
+        "payload": item.payload,
+        "enqueued_at": item.enqueued_at.isoformat(),
+    }
+
+
+def replay_spool(queue: ReliableFIFO) -> Counter:
+    """Write back the outcomes spooled on this node (see ``commands.spool``); the counts of the
+    states they reached. Raises when the database does not take them; the files stay."""
+    results: Counter = Counter()
+    for path in spool.pending():
+        with spool.replaying(path) as records:
+            if records is None:  # another dispatcher here is writing it back
+                continue
+            unstarted = [record for record in records if "unstarted" in record]
+            if unstarted:
+                undo_starts(
+                    [
+                        (
+                            start["command"],
+                            start["attempt"],
+                            start["stamp"] and datetime.fromisoformat(start["stamp"]),
+                        )
+                        for start in (record["unstarted"] for record in unstarted)
+                    ]
+                )
+                # Skipped for an item recovered and claimed since.
+                queue.unclaim(*(_item(record["item"]) for record in unstarted))
+            outcomes = [record for record in records if "command" in record]
+            sent, items = _unspooled(outcomes)
+            counts = record_outcomes(sent, timezone.now(), queue=queue, items=items)
+            log_event(logger, "spool_replayed", file=path.name, outcomes=len(outcomes), **counts)
+            results.update(counts)
+    return results
+
+
+def _item(raw: dict) -> Item:
+    return Item(
+        id=raw["id"],
+        payload=raw["payload"],
+        enqueued_at=datetime.fromisoformat(raw["enqueued_at"]),
+        claims=raw["claims"],
+    )
+
+
+def _unspooled(records: list[dict]) -> tuple[list[Sent], tuple[Item, ...]]:
+    commands = load_for_sending([record["command"] for record in records])
+    connectors = Connector.objects.in_bulk({command.connector_id for command in commands.values()})
+    sent, items = [], []
+    for record in records:
+        items.append(_item(record["item"]))
+        command = commands.get(record["command"])
+        if command is None:  # deleted since: nothing to write on
+            continue
+        command.connector = connectors[command.connector_id]
+        outcome = dict(record["outcome"])
+        outcome["outlook"] = retry.Outlook(outcome["outlook"]) if outcome["outlook"] else None
+        sent.append(
+            Sent(
+                command,
+                record["attempt"],
+                datetime.fromisoformat(record["started"]),
+                datetime.fromisoformat(record["finished"]),
+                adapters.Outcome(**outcome),
+            )
+        )
+    return sent, tuple(items)
 
 
 # What the loop writes on a command and a send never reads: left out of the rows loaded for
@@ -758,10 +998,19 @@ class Dispatcher:
         self._connectors: dict[int, Connector] = {}
 
     def close(self) -> None:
+        """Finish the sends in flight and write their outcomes (or spool them: see ``_Recorder``).
+        Claimed sends not started (left by a drain that failed) go back to the queue the same way."""
         if self._senders is not None:
             self._senders.close()
+            for entry in self._senders.waiting:
+                self._senders.recorder.hand(entry, Unstarted())
+            self._senders.waiting.clear()
             self._senders.recorder.close()
             self._senders = None
+
+    def pending_commands(self) -> set[int]:
+        """The commands whose outcome this dispatcher holds, not yet written (see ``recover``)."""
+        return set() if self._senders is None else self._senders.recorder.pending_commands()
 
     def __enter__(self) -> Dispatcher:
         return self
@@ -811,7 +1060,11 @@ class Dispatcher:
         else is still queuing, such as the round's sweep): until then the drain waits for more.
         On stop it claims nothing more, finishes and records the sends in flight, and puts the
         items it holds but has not started back at the head of the queue.
+
+        Before it claims anything it writes back the outcomes spooled on this node
+        (:func:`replay_spool`); it raises if it cannot, and claims nothing then.
         """
+        replay_spool(self.queue)
         if self._senders is None:
             self._senders = _Senders(self.concurrency, self.per_connector, self.stop, _Recorder(self.queue))
         senders = self._senders
@@ -857,7 +1110,14 @@ class Dispatcher:
                 if not items and not fed:
                     fed_until.wait(FEED_POLL_S)
                     continue
-                entries = self._entries(items)
+                try:
+                    entries = self._entries(items)
+                except Exception:
+                    # The database is down while the queue is not: the items go back at once,
+                    # rather than wait out the visibility timeout in busy.
+                    with contextlib.suppress(Exception):
+                        self.queue.unclaim(*items)
+                    raise
                 with senders.lock:
                     senders.waiting.extend(entries)
                     senders.work.notify(len(entries))
@@ -866,7 +1126,18 @@ class Dispatcher:
                 if (stopping or exhausted) and not senders.waiting and not senders.in_flight.total():
                     break
                 senders.room.wait(POLL_S)
-        summary.results.update(senders.recorder.take_results())
+        # Wait for the outcomes to be written; while the database refuses them, a stopping
+        # dispatcher leaves them to close() (which spools them), and a drain with a deadline
+        # waits a while past it, not for the whole outage.
+        patience = None if deadline is None else deadline + RECORD_PATIENCE_S
+        recorder = senders.recorder
+
+        def give_up() -> bool:
+            if patience is not None and time.monotonic() >= patience:
+                return True
+            return self.stop.is_set() and recorder.failures > 0
+
+        summary.results.update(recorder.take_results(give_up))
         return summary
 
 
@@ -906,14 +1177,22 @@ class RecoverSummary:
     lost_requeued: int = 0
 
 
-def recover(now: datetime | None = None, *, queue: ReliableFIFO | None = None) -> RecoverSummary:
-    """Settle what dead workers left behind (see the module docstring)."""
+def recover(
+    now: datetime | None = None, *, queue: ReliableFIFO | None = None, pending: set[int] = frozenset()
+) -> RecoverSummary:
+    """Settle what dead workers left behind (see the module docstring).
+
+    ``pending``: commands whose outcome the caller holds, not written yet (the database was down):
+    their worker is alive, so they are not lost, whatever their age.
+    """
     now = now or timezone.now()
     queue = queue or commands_queue()
     visibility = timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S)
     summary = RecoverSummary()
 
     abandoned = Command.objects.filter(state=State.DISPATCHING, state_changed_at__lt=now - visibility)
+    if pending:
+        abandoned = abandoned.exclude(pk__in=pending)
     for row in abandoned.values(*DECISION_FIELDS, "state_changed_at"):
         decision = decide_for({**row, "state": State.FAILED, "last_outlook": None, "resend_by": None}, now)
         with transaction.atomic():
@@ -964,30 +1243,72 @@ def recover(now: datetime | None = None, *, queue: ReliableFIFO | None = None) -
 # --- one round -----------------------------------------------------------------------------------
 
 
+def recovery_line(r: RecoverSummary) -> str:
+    return f"recovered {r.worker_lost} lost sends, {r.items_requeued} expired items, {r.lost_requeued} lost items"
+
+
+def keep_recovering(
+    dispatcher: Dispatcher,
+    stop: threading.Event,
+    *,
+    every: float,
+    report: Callable[[RecoverSummary], None] = lambda summary: None,
+    wait: Callable[[float], bool] | None = None,
+) -> None:
+    """Run :func:`recover` every ``every`` seconds until ``stop``, for a long-running loop: a
+    killed dispatcher's work is back within the visibility timeout plus ``every``, whatever the
+    round interval. The outcomes ``dispatcher`` holds unwritten are not taken for lost. A failed
+    recovery (the database is down) is tried again after a pause doubling up to ``RETRY_MAX_S``.
+    ``report`` gets each summary that recovered something; ``wait`` (default ``stop.wait``) is
+    the clock tests inject."""
+    wait = wait or stop.wait
+    failures = 0
+    while not stop.is_set():
+        try:
+            replay_spool(dispatcher.queue)  # a spooled outcome is written back, not taken for lost
+            summary = recover(queue=dispatcher.queue, pending=dispatcher.pending_commands())
+        except Exception as exc:
+            failures += 1
+            if failures == 1:
+                logger.exception("dispatch recovery failed; trying again")
+            else:
+                logger.warning("dispatch recovery failed again (%s)", exc)
+            connections.close_all()
+        else:
+            failures = 0
+            if summary.worker_lost or summary.items_requeued or summary.lost_requeued:
+                report(summary)
+        if wait(retry_delay(failures, every) if failures else every):
+            break
+    connections.close_all()
+
+
 @dataclass
 class RoundSummary:
-    recovered: RecoverSummary
+    recovered: RecoverSummary | None  # None: recovery runs on its own timer (keep_recovering)
     swept: SweepSummary
     drained: DrainSummary
     seconds: float
 
     def line(self) -> str:
         skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(self.swept.skipped.items())) or "none"
-        r = self.recovered
+        recovered = "" if self.recovered is None else f"{recovery_line(self.recovered)}; "
         return (
             f"dispatch round: took {self.swept.taken}, skipped {skipped}; "
-            f"{self.drained.line()}; "
-            f"recovered {r.worker_lost} lost sends, {r.items_requeued} expired items, {r.lost_requeued} lost items; "
-            f"{self.seconds:.2f} s"
+            f"{self.drained.line()}; {recovered}{self.seconds:.2f} s"
         )
 
 
-def run_round(dispatcher: Dispatcher, *, max_seconds: float | None = None) -> RoundSummary:
-    """Recover, then sweep and drain at once: recovery first, so a restart resumes in one round;
-    the sweep in a thread of its own, so the drain sends what each sweep batch has queued (and
-    committed) while the sweep decides on the next, instead of waiting for the whole sweep."""
+def run_round(
+    dispatcher: Dispatcher, *, max_seconds: float | None = None, recovering: bool = True
+) -> RoundSummary:
+    """Recover (unless ``recovering`` is False: a timer does it), then sweep and drain at once:
+    recovery first, so a restart resumes in one round; the sweep in a thread of its own, so the
+    drain sends what each sweep batch has queued (and committed) while the sweep decides on the
+    next, instead of waiting for the whole sweep."""
     started = time.monotonic()
-    recovered = recover(queue=dispatcher.queue)
+    replay_spool(dispatcher.queue)  # before recovery, which would take the spooled sends for lost
+    recovered = recover(queue=dispatcher.queue, pending=dispatcher.pending_commands()) if recovering else None
     swept: list[SweepSummary] = []
     failed: list[BaseException] = []
     done = threading.Event()

@@ -1,6 +1,6 @@
 """Celery tasks: the dispatch loop's three steps, for sites that run Celery instead of
-``manage.py dispatch`` (beat schedules ``sweep`` and ``recover`` every
-``ANKUSA_DISPATCH_INTERVAL_S``, and ``poll`` every ``ANKUSA_DISPATCH_POLL_S`` for the commands
+``manage.py dispatch`` (beat schedules ``sweep`` every ``ANKUSA_DISPATCH_INTERVAL_S``, ``recover``
+every ``ANKUSA_DISPATCH_RECOVER_S``, and ``poll`` every ``ANKUSA_DISPATCH_POLL_S`` for the commands
 intake queued itself; see ``CELERY_BEAT_SCHEDULE`` in the settings).
 
 Each task calls one function of ``commands.dispatch``. When a step puts items on the queue, it asks
@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import caches
 from django.db import transaction
+from redis.exceptions import LockNotOwnedError
 
 from commands import dispatch, retention
-from commands.adapters.http import longest_send_s
 
 
 def consume_after_commit() -> None:
@@ -41,6 +42,10 @@ logger = logging.getLogger("ankusa.commands.dispatch")
 NOTHING = {"claimed": 0, "results": {}}
 # Held (in the Redis cache) by the one poll that drains: see ``poll``.
 POLL_LOCK = "ankusa:dispatch:poll"
+# The poll lock lives this long unless renewed; its holder renews it every third of that while it
+# drains. A worker killed mid-drain therefore holds it this long at most: another worker's poll
+# drains within seconds, not after a whole drain's worth of time.
+POLL_LOCK_TTL_S = 5.0
 
 
 @shared_task(name="commands.consume")
@@ -58,18 +63,44 @@ def _drain() -> dict:
     return {"claimed": summary.claimed, "results": dict(summary.results)}
 
 
+@contextlib.contextmanager
+def renewed(lock, every: float):
+    """Keep ``lock`` (redis-py's) alive while the block runs: a thread resets its time to live
+    every ``every`` seconds, and stops when the block ends or the lock is no longer ours."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(every):
+            try:
+                lock.reacquire()
+            except LockNotOwnedError:  # expired (Redis stalled past the TTL) and maybe taken since
+                logger.warning("dispatch poll: the lock expired during a drain; another may drain too")
+                return
+            except Exception as exc:  # Redis out of reach: tried again at the next beat
+                logger.warning("dispatch poll: the lock could not be renewed (%s)", exc)
+
+    thread = threading.Thread(target=renew, name="poll-lock", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 @shared_task(name="commands.poll")
 def poll() -> dict:
     """Beat's look at the queue every poll period, for what intake queued: a drain if an item
     waits and no other poll is draining, fleet-wide. A poll a second, each drain lasting up to an
     interval, would otherwise start a dispatcher in every worker process (its pool of senders and
-    connections each, the per-connector cap as many times over at one receiver)."""
+    connections each, the per-connector cap as many times over at one receiver). The lock is
+    short and renewed while the drain runs (``POLL_LOCK_TTL_S``), so a killed worker stalls the
+    others for seconds."""
     if not dispatch.items_waiting(dispatch.commands_queue()):
         return NOTHING
-    # A drain claims for an interval at most, then finishes the sends it started.
-    longest = settings.ANKUSA_DISPATCH_INTERVAL_S + longest_send_s()
-    # redis-py's lock, through django-redis: released only by the poll that holds it (a token).
-    lock = caches["redis"].lock(POLL_LOCK, timeout=longest + 10)
+    # redis-py's lock, through django-redis: released only by the poll that holds it (a token),
+    # kept where the renewing thread sees it too (not thread-local).
+    lock = caches["redis"].lock(POLL_LOCK, timeout=POLL_LOCK_TTL_S, thread_local=False)
     try:
         held = lock.acquire(blocking=False)
     except Exception:  # Redis out of reach: draining unlocked costs overlap, never a second send
@@ -77,12 +108,14 @@ def poll() -> dict:
         held, lock = True, None
     if not held:
         return {**NOTHING, "busy": True}
-    try:
+    if lock is None:
         return _drain()
+    try:
+        with renewed(lock, POLL_LOCK_TTL_S / 3):
+            return _drain()
     finally:
-        if lock is not None:
-            with contextlib.suppress(Exception):  # expired and taken since, or Redis gone: not ours
-                lock.release()
+        with contextlib.suppress(Exception):  # expired and taken since, or Redis gone: not ours
+            lock.release()
 
 
 @shared_task(name="commands.recover")

@@ -145,6 +145,12 @@ def test_celerys_consume_of_an_empty_queue_starts_no_dispatcher(monkeypatch):
     assert tasks.consume() == {"claimed": 0, "results": {}}
 
 
+def test_celery_beat_recovers_at_the_loops_recovery_period_not_at_its_interval(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["commands-recover"]
+    assert (entry["task"], entry["schedule"]) == ("commands.recover", settings.ANKUSA_DISPATCH_RECOVER_S)
+    assert settings.ANKUSA_DISPATCH_RECOVER_S == 2.0
+
+
 def test_celery_beat_polls_every_poll_period_and_drops_a_poll_left_unstarted_ten_periods(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["commands-poll"]
     assert (entry["task"], entry["schedule"]) == ("commands.poll", settings.ANKUSA_DISPATCH_POLL_S)
@@ -194,22 +200,39 @@ def test_a_poll_that_cannot_reach_the_lock_drains_anyway_and_says_so(
     assert "the lock could not be taken" in caplog.text
 
 
-def test_a_failed_drain_between_rounds_is_logged_once_and_the_next_round_runs(settings, monkeypatch, caplog):
+def test_a_failed_drain_is_tried_again_at_the_poll_period_doubling_to_2_s_not_at_the_next_round(
+    settings, monkeypatch, caplog
+):
     from commands.management.commands import dispatch as command_module
 
-    settings.ANKUSA_DISPATCH_POLL_S = 0.05
-    calls = []
+    settings.ANKUSA_DISPATCH_POLL_S = 0.25
+    now, pauses, drains = [0.0], [], []
+
+    def pause(self, stop, seconds):  # time moves instead of passing
+        pauses.append(seconds)
+        now[0] += seconds
 
     def failing(dispatcher, **options):
-        calls.append(1)
-        raise ConnectionError("database went away")
+        drains.append(now[0])
+        if len(drains) <= 6:
+            raise ConnectionError("database went away")
+        return None
 
+    monkeypatch.setattr(command_module.Command, "clock", staticmethod(lambda: now[0]))
+    monkeypatch.setattr(command_module.Command, "pause", pause)
     monkeypatch.setattr(command_module, "drain_waiting", failing)
-    out = io.StringIO()
-    # Two seconds: room for a first round on a busy machine, then forty poll periods to the end.
-    call_command("dispatch", "--interval", "60", "--max-seconds", "2", stdout=out)
-    assert len(calls) == 1  # not again every poll period: the rest of the wait is the next round's
-    assert caplog.text.count("dispatch drain failed; looking again at the next round") == 1
+    # An hour between rounds: only the drain's own retries can call it again within the run.
+    call_command("dispatch", "--interval", "3600", "--max-seconds", "10", stdout=io.StringIO())
+    # After the round, a poll period; then six failures, a pause doubling up to 2 s after each.
+    assert pauses[:8] == [0.25, 0.25, 0.5, 1.0, 2.0, 2.0, 2.0, 0.25]
+    assert drains[:7] == [0.25, 0.5, 1.0, 2.0, 4.0, 6.0, 8.0]
+    assert caplog.text.count("dispatch drain failed; retrying in 0.25 s") == 1  # the traceback once
+    assert "dispatch drain failed again (database went away); retrying in 2 s" in caplog.text
+
+
+def test_the_loops_retries_double_from_the_poll_period_up_to_two_seconds():
+    assert [dispatch.retry_delay(n, 0.25) for n in range(1, 7)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert dispatch.retry_delay(3, 5.0) == 5.0  # a poll period longer than the cap is the pause
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])

@@ -23,8 +23,9 @@ from ankusa_site.varfiles import private_dir
 from commands.adapters.http import longest_send_s
 
 # After SIGTERM, a child gets as long as a send may take by the site's timeouts, and this margin to
-# record it, before it is killed. Killed mid-send, the loop leaves the command ``dispatching``: safe
-# (the recovery makes it ``outlook-unknown``, never a second send) but a person must look at it.
+# record it (or, with the database down, spool it to var/), before it is killed. Killed mid-send,
+# the loop leaves the command ``dispatching``: safe (the recovery makes it ``outlook-unknown``,
+# never a second send) but a person must look at it.
 STOP_MARGIN_S = 10
 
 

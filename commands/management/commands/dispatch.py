@@ -1,13 +1,17 @@
-"""``manage.py dispatch``: the dispatch loop (recover, sweep, drain) every interval, or once.
+"""``manage.py dispatch``: the dispatch loop (sweep, drain, recover) every interval, or once.
 
 Every ``ANKUSA_DISPATCH_INTERVAL_S`` (30 s — the first retry backoff, so a retry never waits an
 extra round) it runs one round and prints a one-line summary. Between rounds it looks at the queue
 every ``ANKUSA_DISPATCH_POLL_S`` (1 s) and drains what waits there — the commands intake accepted
-and queued itself — printing a line for each drain that claimed something. ``--once`` runs one
-round and exits (for cron); ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no
-new item is claimed, the sends in flight finish and are recorded, the items held but not started go
-back to the head of the queue, and it exits 0. A second identical signal kills it at once. A round that
-fails (the database is down) is logged and the loop carries on; with ``--once`` it exits non-zero.
+and queued itself — printing a line for each drain that claimed something. Recovery (expired items,
+lost sends) runs on a timer of its own, every ``ANKUSA_DISPATCH_RECOVER_S``, and prints a line when
+it recovered something. ``--once`` runs one round, recovery included, and exits (for cron);
+``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no new item is claimed, the
+sends in flight finish and are recorded (spooled to ``var/`` if the database is down, and written
+back at the next start), the items held but not started go back to the head of the queue, and it
+exits 0. A second identical signal kills it at once. A round or drain that fails (the database is
+down) is logged and tried again after a poll period, doubling up to 2 s; with ``--once`` it exits
+non-zero.
 
 Any number of these may run at once (see ``commands.dispatch`` for why nothing is sent twice).
 """
@@ -24,13 +28,23 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from ankusa_site.management.arguments import seconds
-from commands.dispatch import Dispatcher, drain_waiting, run_round
+from commands.dispatch import (
+    Dispatcher,
+    RecoverSummary,
+    drain_waiting,
+    keep_recovering,
+    recovery_line,
+    retry_delay,
+    run_round,
+)
 
 logger = logging.getLogger("ankusa.commands.dispatch")
 
 
 class Command(BaseCommand):
-    help = "Run the dispatch loop: recover, sweep and drain every interval (or --once)."
+    help = "Run the dispatch loop: sweep and drain every interval, recover on a timer (or --once)."
+    # The loop's clock; with ``pause``, what tests replace to move time instead of waiting it out.
+    clock = staticmethod(time.monotonic)
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Run one round and exit.")
@@ -53,44 +67,76 @@ class Command(BaseCommand):
 
     def run(self, stop: threading.Event, *, once=False, max_seconds=None, interval=None, **options):
         interval = interval or settings.ANKUSA_DISPATCH_INTERVAL_S
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        deadline = None if max_seconds is None else self.clock() + max_seconds
         with Dispatcher(stop=stop) as dispatcher:
-            while not stop.is_set():
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                # As Django does around each request: drop a connection that broke or aged out.
+            if once:
                 close_old_connections()
-                try:
-                    self.stdout.write(run_round(dispatcher, max_seconds=left).line())
-                except Exception:
-                    if once:
-                        raise
-                    # A database or queue outage: the loop lives on and the next round retries;
-                    # whatever this round left half-done is what recover() is for.
-                    logger.exception("dispatch round failed; retrying in %g s", interval)
-                if once or (deadline is not None and time.monotonic() >= deadline):
-                    break
-                next_round = time.monotonic() + interval
-                if deadline is not None:
-                    next_round = min(next_round, deadline)
-                self.poll_until(dispatcher, next_round, stop)
+                self.stdout.write(run_round(dispatcher, max_seconds=max_seconds).line())
+            else:
+                self.loop(dispatcher, stop, interval, deadline)
         self.stdout.write("dispatch stopped")
 
-    def poll_until(self, dispatcher: Dispatcher, next_round: float, stop: threading.Event) -> None:
-        """Until ``next_round`` (or a stop): every poll period, drain what waits on the queue."""
-        poll = settings.ANKUSA_DISPATCH_POLL_S
-        while not stop.wait(max(0.0, min(poll, next_round - time.monotonic()))):
-            left = next_round - time.monotonic()
-            if left <= 0:
-                return
-            close_old_connections()
-            try:
-                drained = drain_waiting(dispatcher, max_seconds=left)
-            except Exception:  # an outage: logged once, and the next round tries again
-                logger.exception("dispatch drain failed; looking again at the next round")
-                stop.wait(max(0.0, next_round - time.monotonic()))
-                return
-            if drained is not None and drained.drained.claimed:
-                self.stdout.write(drained.line())
+    def loop(self, dispatcher: Dispatcher, stop: threading.Event, interval: float, deadline) -> None:
+        """Rounds every ``interval``, drains every poll period between them, and recovery on a timer
+        of its own, until ``stop`` or ``deadline``. A failed round or drain (the database or the
+        queue is down) is tried again after a poll period, doubling up to ``RETRY_MAX_S``: the loop
+        is back at work within seconds of the outage's end, not at the next round."""
+        poll = min(settings.ANKUSA_DISPATCH_POLL_S, interval)
+        ended = threading.Event()  # the recovery timer's stop: set by a signal or the deadline
+        recovery = threading.Thread(
+            target=keep_recovering,
+            args=(dispatcher, ended),
+            kwargs={
+                "every": min(settings.ANKUSA_DISPATCH_RECOVER_S, interval),
+                "report": self.report_recovery,
+            },
+            name="recover",
+            daemon=True,
+        )
+        recovery.start()
+        failures = 0
+        next_round = self.clock()
+        try:
+            while not stop.is_set():
+                now = self.clock()
+                if deadline is not None and now >= deadline:
+                    break
+                until = next_round if deadline is None else min(next_round, deadline)
+                # As Django does around each request: drop a connection that broke or aged out.
+                close_old_connections()
+                step = "round" if now >= next_round else "drain"
+                try:
+                    if step == "round":
+                        left = None if deadline is None else max(0.0, deadline - now)
+                        self.stdout.write(run_round(dispatcher, max_seconds=left, recovering=False).line())
+                        next_round = self.clock() + interval
+                    else:
+                        drained = drain_waiting(dispatcher, max_seconds=max(0.0, until - now))
+                        if drained is not None and drained.drained.claimed:
+                            self.stdout.write(drained.line())
+                    failures = 0
+                    pause = min(poll, next_round - self.clock())  # a round due starts at once
+                except Exception as exc:
+                    # An outage: whatever this step left half-done is what recovery is for. A failed
+                    # round stays due, and is tried again first.
+                    failures += 1
+                    pause = retry_delay(failures, poll)
+                    if failures == 1:
+                        logger.exception("dispatch %s failed; retrying in %g s", step, pause)
+                    else:
+                        logger.warning("dispatch %s failed again (%s); retrying in %g s", step, exc, pause)
+                if deadline is not None:
+                    pause = min(pause, deadline - self.clock())
+                self.pause(stop, max(0.0, pause))
+        finally:
+            ended.set()
+            recovery.join()
+
+    def pause(self, stop: threading.Event, seconds: float) -> None:
+        stop.wait(seconds)
+
+    def report_recovery(self, summary: RecoverSummary) -> None:
+        self.stdout.write(f"dispatch recovery: {recovery_line(summary)}")
 
     def install_stop_handlers(self, stop: threading.Event) -> dict:
         """Set ``stop`` on SIGTERM or SIGINT; the handlers they had before, by signal."""

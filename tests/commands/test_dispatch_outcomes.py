@@ -1,0 +1,308 @@
+"""A send's outcome is kept until it is written: the recorder tries again while the database
+refuses it, spools it to disk when its process must exit, and the spool is written back — winning
+over a recovery that took the send for lost meanwhile. Recovery runs on a timer of its own."""
+
+from __future__ import annotations
+
+import json
+import stat
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from django.conf import settings
+from django.db import OperationalError
+
+from commands import adapters, dispatch, spool
+from commands.models import Attempt, Command
+from commands.retry import Outlook, SkipReason
+from commands.states import State
+from queues.fifo import get_queue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 9, 2, 9, 0, tzinfo=UTC)
+VISIBILITY = timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S)
+
+
+@pytest.fixture(autouse=True)
+def var_dir(settings, tmp_path):
+    settings.VAR_DIR = tmp_path / "var"
+    return settings.VAR_DIR
+
+
+@pytest.fixture
+def queue(db):
+    q = get_queue(dispatch.QUEUE_NAME)
+    q.flush()
+    return q
+
+
+@pytest.fixture
+def clock():
+    with time_machine.travel(T0, tick=False) as traveller:
+        yield traveller
+
+
+@pytest.fixture
+def in_flight(make_connector, make_command, queue):
+    """``make(n)``: ``n`` commands sent (dispatching, attempt 1, their items claimed), as
+    ``(entry, sent)`` pairs with a 200 outcome, for a recorder to write."""
+
+    def make(count: int = 1, *, ok: bool = True) -> list[tuple[dispatch._Entry, dispatch.Sent]]:
+        connector = make_connector()
+        commands = [make_command(connector, {"n": n}) for n in range(count)]
+        dispatch.sweep()
+        items = queue.claim(count)
+        assert dispatch.start_sends([(item.payload["command"], 1) for item in items], T0)
+        loaded = {command.pk: command for command in Command.objects.filter(pk__in=[c.pk for c in commands])}
+        outcome = (
+            adapters.Outcome(ok=True, status=200)
+            if ok
+            else adapters.Outcome(ok=False, outlook=Outlook.AGAIN, status=503, detail="HTTP 503")
+        )
+        pairs = []
+        for item in items:
+            command = loaded[item.payload["command"]]
+            command.connector = connector
+            entry = dispatch._Entry(item, command, 1)
+            pairs.append((entry, dispatch.Sent(command, 1, T0, T0 + timedelta(seconds=1), outcome)))
+        return pairs
+
+    return make
+
+
+class Refusing:
+    """A write (``record_outcomes`` unless named) as a database that refuses the first ``times``
+    of them sees it."""
+
+    def __init__(self, times: int, write: str = "record_outcomes"):
+        self.times = times
+        self.calls = 0
+        self.real = getattr(dispatch, write)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls <= self.times:
+            raise OperationalError("connection refused")
+        return self.real(*args, **kwargs)
+
+
+def test_outcomes_the_database_refuses_are_written_once_it_takes_them(in_flight, queue, monkeypatch):
+    pairs = in_flight(2)
+    monkeypatch.setattr(dispatch, "record_outcomes", refusing := Refusing(times=3))
+    pauses = []
+    recorder = dispatch._Recorder(queue, pause=lambda failures: pauses.append(failures) or 0)
+    try:
+        for entry, sent in pairs:
+            recorder.hand(entry, sent)
+        assert recorder.take_results() == {"succeeded": 2}
+    finally:
+        recorder.close()
+    assert (refusing.calls, pauses) == (4, [1, 2, 3])
+    assert set(Command.objects.values_list("state", flat=True)) == {State.SUCCEEDED}
+    assert Attempt.objects.filter(ok=True).count() == 2
+    assert (queue.length("main"), queue.length("busy")) == (0, 0)
+    assert spool.pending() == []
+
+
+def test_the_recorders_pause_doubles_from_50_ms_up_to_2_s():
+    pauses = [dispatch.retry_delay(n, dispatch.RECORD_RETRY_FIRST_S) for n in range(1, 9)]
+    assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+
+
+def test_an_outcome_not_yet_written_is_not_taken_for_lost(in_flight, queue, monkeypatch, clock):
+    (entry, sent), (other_entry, other_sent) = in_flight(2)
+    monkeypatch.setattr(dispatch, "record_outcomes", Refusing(times=10**6))
+    stalled = threading.Event()
+    recorder = dispatch._Recorder(queue, pause=lambda failures: stalled.set() or 3600)
+    try:
+        recorder.hand(entry, sent)
+        stalled.wait(10)
+        assert recorder.pending_commands() == {sent.command.pk}
+        clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
+        recovered = dispatch.recover(queue=queue, pending=recorder.pending_commands())
+    finally:
+        monkeypatch.undo()
+        recorder.close()  # the last try lands: the database takes it now
+    assert recovered.worker_lost == 1  # the other one, whose worker nobody vouches for
+    assert Command.objects.get(pk=sent.command.pk).state == State.SUCCEEDED
+    assert Command.objects.get(pk=other_sent.command.pk).last_error_class == dispatch.WORKER_LOST
+
+
+def test_a_recorder_that_must_close_while_the_database_refuses_spools_its_outcomes_owner_only(
+    in_flight, queue, monkeypatch, var_dir
+):
+    pairs = in_flight(2)
+    monkeypatch.setattr(dispatch, "record_outcomes", Refusing(times=10**6))
+    recorder = dispatch._Recorder(queue, pause=lambda failures: 3600)
+    for entry, sent in pairs:
+        recorder.hand(entry, sent)
+    recorder.close()  # one last try, woken from its pause, then the spool
+    assert recorder.take_results() == {"spooled": 2}
+    [path] = spool.pending()
+    assert path.parent == var_dir / "spool" / "dispatch"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    records = json.loads(path.read_text())
+    assert [(r["command"], r["attempt"], r["outcome"]["ok"], r["outcome"]["status"]) for r in records] == [
+        (sent.command.pk, 1, True, 200) for _, sent in pairs
+    ]
+    assert set(Command.objects.values_list("state", flat=True)) == {State.DISPATCHING}
+
+
+def spool_outcomes(pairs, queue, monkeypatch) -> None:
+    with monkeypatch.context() as patch:
+        patch.setattr(dispatch, "record_outcomes", Refusing(times=10**6))
+        recorder = dispatch._Recorder(queue, pause=lambda failures: 3600)
+        for entry, sent in pairs:
+            recorder.hand(entry, sent)
+        recorder.close()
+
+
+def test_a_spool_is_written_back_whole_and_then_removed(in_flight, queue, monkeypatch):
+    pairs = in_flight(2, ok=False)
+    spool_outcomes(pairs, queue, monkeypatch)
+    assert dispatch.replay_spool(queue) == {"failed": 2}
+    assert spool.pending() == []
+    rows = Command.objects.values_list("state", "last_outlook", "last_error", "skip_reason")
+    # Decided as at once: "again", but the connector is not idempotent, so a person decides.
+    assert set(rows) == {(State.FAILED, Outlook.AGAIN, "HTTP 503", SkipReason.NOT_IDEMPOTENT)}
+    assert list(Attempt.objects.values_list("number", "status_code", "started_at")) == [(1, 503, T0)] * 2
+    assert (queue.length("main"), queue.length("busy")) == (0, 0)
+    assert dispatch.replay_spool(queue) == {}
+
+
+def test_a_spool_the_database_refuses_stays_for_the_next_try(in_flight, queue, monkeypatch):
+    spool_outcomes(in_flight(1), queue, monkeypatch)
+    monkeypatch.setattr(dispatch, "record_outcomes", Refusing(times=1))
+    with pytest.raises(OperationalError):
+        dispatch.replay_spool(queue)
+    assert len(spool.pending()) == 1
+    assert dispatch.replay_spool(queue) == {"succeeded": 1}
+    assert spool.pending() == []
+
+
+def test_a_drain_writes_the_spool_back_before_it_claims_anything(in_flight, queue, monkeypatch):
+    pairs = in_flight(1)
+    spool_outcomes(pairs, queue, monkeypatch)
+    monkeypatch.setattr(dispatch, "record_outcomes", Refusing(times=1))
+    claims = []
+    monkeypatch.setattr(queue, "claim", lambda *a, **kw: claims.append(a) or [])
+    with dispatch.Dispatcher(concurrency=1, queue=queue) as dispatcher:
+        with pytest.raises(OperationalError):
+            dispatcher.drain()
+        assert claims == []  # the spool first, or nothing
+        dispatcher.drain()
+    assert len(claims) == 1
+    assert Command.objects.get(pk=pairs[0][1].command.pk).state == State.SUCCEEDED
+
+
+def test_a_spooled_outcome_wins_over_a_recovery_that_took_the_send_for_lost(
+    in_flight, queue, monkeypatch, clock
+):
+    [(entry, sent)] = in_flight(1)
+    spool_outcomes([(entry, sent)], queue, monkeypatch)
+    clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
+    assert dispatch.recover(queue=queue).worker_lost == 1
+    lost = Command.objects.get(pk=sent.command.pk)
+    assert (lost.state, lost.skip_reason) == (State.FAILED, SkipReason.OUTLOOK_UNKNOWN)
+
+    assert dispatch.replay_spool(queue) == {"succeeded": 1}
+    command = Command.objects.get(pk=sent.command.pk)
+    assert (command.state, command.skip_reason, command.last_error_class) == (State.SUCCEEDED, "", "")
+    assert list(Attempt.objects.values_list("number", "ok", "error_class")) == [(1, True, "")]
+
+
+def test_a_late_outcome_leaves_a_command_that_moved_on_since_its_recovery_alone(
+    in_flight, queue, monkeypatch, clock
+):
+    [(entry, sent)] = in_flight(1)
+    spool_outcomes([(entry, sent)], queue, monkeypatch)
+    clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
+    dispatch.recover(queue=queue)
+    Command.objects.filter(pk=sent.command.pk).update(state=State.CANCELLED)  # a person decided
+    assert dispatch.replay_spool(queue) == {"stale": 1}
+    assert Command.objects.get(pk=sent.command.pk).state == State.CANCELLED
+    assert list(Attempt.objects.values_list("error_class", flat=True)) == [dispatch.WORKER_LOST]
+
+
+def test_two_dispatchers_on_one_node_write_a_spool_back_once(in_flight, queue, monkeypatch):
+    spool_outcomes(in_flight(1), queue, monkeypatch)
+    [path] = spool.pending()
+    with spool.replaying(path) as records:
+        assert len(records) == 1
+        assert dispatch.replay_spool(queue) == {}  # held by the first: skipped
+        with spool.replaying(path) as again:
+            assert again is None
+    assert not path.exists()
+    with spool.replaying(path) as gone:
+        assert gone is None
+
+
+def test_recovery_runs_every_period_and_backs_off_while_it_fails(queue, monkeypatch):
+    outcomes = iter([None, OperationalError("down"), OperationalError("down"), None])
+    calls = []
+
+    def recovering(**kwargs):
+        calls.append(kwargs["pending"])
+        failure = next(outcomes)
+        if failure is not None:
+            raise failure
+        return dispatch.RecoverSummary(worker_lost=1)
+
+    monkeypatch.setattr(dispatch, "recover", recovering)
+    waits, reports = [], []
+    with dispatch.Dispatcher(queue=queue) as dispatcher:
+        dispatch.keep_recovering(
+            dispatcher,
+            threading.Event(),
+            every=0.5,
+            report=reports.append,
+            wait=lambda seconds: waits.append(seconds) or len(waits) == 4,
+        )
+    assert waits == [0.5, 0.5, 1.0, 0.5]
+    assert calls == [set()] * 4
+    assert reports == [dispatch.RecoverSummary(worker_lost=1)] * 2
+
+
+def test_a_start_that_committed_unseen_is_undone_and_sent_once_later(
+    make_connector, make_command, queue, monkeypatch
+):
+    command = make_command(make_connector(kind="log"))
+    dispatch.sweep()
+    real = dispatch.start_sends
+
+    def answer_lost(wanted, now):  # the commit lands, its answer does not
+        real(wanted, now)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(dispatch, "start_sends", answer_lost)
+    with dispatch.Dispatcher(concurrency=1, queue=queue) as dispatcher:
+        assert dispatcher.drain().results == {"unstarted": 1}
+        assert Command.objects.get(pk=command.pk).state == State.QUEUED
+        assert (queue.length("main"), queue.length("busy")) == (1, 0)
+        monkeypatch.setattr(dispatch, "start_sends", real)
+        assert dispatcher.drain().results == {"succeeded": 1}
+    command.refresh_from_db()
+    assert (command.state, command.attempts) == (State.SUCCEEDED, 1)
+    assert list(Attempt.objects.values_list("number", "ok")) == [(1, True)]
+
+
+def test_the_starts_a_closing_recorder_could_not_undo_are_undone_from_the_spool(
+    make_connector, make_command, queue, monkeypatch
+):
+    command = make_command(make_connector(kind="log"))
+    dispatch.sweep()
+    [item] = queue.claim(1)
+    assert dispatch.start_sends([(command.pk, 1)], T0) == {(command.pk, 1)}  # committed unseen
+    entry = dispatch._Entry(item, Command.objects.get(pk=command.pk), 1)
+    with monkeypatch.context() as patch:
+        patch.setattr(dispatch, "undo_starts", Refusing(times=10**6, write="undo_starts"))
+        recorder = dispatch._Recorder(queue, pause=lambda failures: 3600)
+        recorder.hand(entry, dispatch.Unstarted(T0))
+        recorder.close()
+    assert Command.objects.get(pk=command.pk).state == State.DISPATCHING
+    assert dispatch.replay_spool(queue) == {}
+    assert (Command.objects.get(pk=command.pk).state, queue.length("main")) == (State.QUEUED, 1)
