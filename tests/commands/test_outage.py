@@ -40,11 +40,6 @@ class Gate:
 def database(private_postgres, service_env):
     """A migrated database on the private cluster; its URL."""
     url = private_postgres.create_database("ankusa")
-    # The cluster commits asynchronously (fast, and it keeps nothing worth keeping): an immediate
-    # stop would then lose commits a production server keeps — a start won, and its command sent
-    # again once it is found queued. This database commits as production does.
-    with psycopg.connect(private_postgres.url(), autocommit=True) as conn:
-        conn.execute("ALTER DATABASE ankusa SET synchronous_commit = on")
     migrated = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
         cwd=settings.BASE_DIR,
