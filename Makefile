@@ -36,9 +36,11 @@ run: $(VENV)/.installed
 	  --receiver-url http://127.0.0.1:$(PORT)/demo/receiver/ && \
 	exec $(PY) manage.py serve --bind 127.0.0.1:$(PORT)
 
-# The whole suite plus the linter. Uses DATABASE_URL / REDIS_URL when set.
+# The whole suite plus the linter and the type checker (its cache in var/mypy_cache). Uses
+# DATABASE_URL / REDIS_URL when set.
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev

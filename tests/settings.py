@@ -1,28 +1,29 @@
 """Settings for the test suite: the site's own, pointed at test-only Redis and databases.
 
-Tests take Redis database ``ANKUSA_TEST_REDIS_DB`` (default 15) on the host ``REDIS_URL`` names,
-never the site's own database number, because the fixtures flush it around every test. Two
-checkouts testing at once on one machine give each a different number.
+The fixtures flush the run's Redis database around every test, so each run takes a number of its
+own on the host ``REDIS_URL`` names, never 0 (the site's own default): ``ANKUSA_TEST_REDIS_DB``
+when given, else the first free one, claimed for the life of the run (``tests.redis_claim``).
+The number is put back into the environment, so every subprocess of the run uses the same one.
 """
 
 import os
 
 os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret-" + "x" * 32)
 
-from urllib.parse import urlsplit, urlunsplit  # noqa: E402
-
 from ankusa_site.env import env_int, env_networks  # noqa: E402
 from ankusa_site.settings import *  # noqa: E402
+from tests import redis_claim  # noqa: E402
 
-TEST_REDIS_DB = env_int("ANKUSA_TEST_REDIS_DB", 15, minimum=0, maximum=15)
+if os.environ.get("ANKUSA_TEST_REDIS_DB"):
+    TEST_REDIS_DB = env_int("ANKUSA_TEST_REDIS_DB", 15, minimum=1, maximum=15)
+    # Held (unless the run that started this process holds it) so no other run claims it.
+    _REDIS_CLAIM = redis_claim.hold(REDIS_URL, TEST_REDIS_DB)
+else:
+    _REDIS_CLAIM = redis_claim.claim(REDIS_URL)
+    TEST_REDIS_DB = _REDIS_CLAIM.db
+    os.environ["ANKUSA_TEST_REDIS_DB"] = str(TEST_REDIS_DB)
 
-
-def _with_db(url: str, db: int) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{db}"))
-
-
-REDIS_URL = _with_db(REDIS_URL, TEST_REDIS_DB)
+REDIS_URL = redis_claim.with_db(REDIS_URL, TEST_REDIS_DB)
 CACHES["redis"]["LOCATION"] = REDIS_URL
 CELERY_BROKER_URL = REDIS_URL
 
