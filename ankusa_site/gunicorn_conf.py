@@ -1,35 +1,13 @@
 """gunicorn settings shared by ``manage.py serve`` and the deploy units (``-c python:ankusa_site.gunicorn_conf``).
 
-With ``PROMETHEUS_MULTIPROC_DIR`` set, a worker that exits leaves its metric files behind; this
-tells prometheus-client it is gone so its live gauges (the fleet breaker state) stop being
-reported. Its counters stay summed in, as they should: what it counted happened.
-
-Each worker, once it has loaded the site, moves every object alive then (modules, the URL
-resolver, models, settings: hundreds of thousands of them) out of the cyclic garbage collector's
-sight (``gc.freeze``). They live as long as the worker does, yet each collection of the oldest
-generation walked them all again: ``perf`` under the intake benchmark put the collector at about
-6 % of the machine's busy CPU. Garbage made while serving is collected as before.
-
-What gunicorn refuses itself, before the site sees the request (a malformed request line or
-header, a request line or headers over its limits, a transfer coding it does not take), it answers
-with an HTML page of its own; here those answers are the site's JSON error, ``{"error", "detail"}``,
-with the same status. gunicorn's WSGI worker classes (sync, gthread, the async ones) write them
-through ``gunicorn.util.write_error``, which this module replaces when gunicorn loads it (master and
-workers alike); the status line's phrase is the status's own (gunicorn pairs 501 with "Bad Request").
-
-Forwarded headers: only a peer in ``ANKUSA_TRUSTED_PROXIES`` (IPs or networks; empty by default, so
-nobody) may say what the client's scheme was (``X-Forwarded-Proto``, which gunicorn and Django's
-``SECURE_PROXY_SSL_HEADER`` read) or who the client was (``X-Forwarded-For``, ``X-Real-IP``,
-``Forwarded``): from any other peer those headers are dropped before the site sees the request.
-gunicorn's own default trusted loopback, where anyone on the machine is. No peer may set
-``SCRIPT_NAME`` or ``PATH_INFO`` by header (the site is served at the root; a prefix sent by a
-client broke every path). A peer on a unix socket is trusted, as gunicorn trusts it: only who may
-open the socket's file reaches it.
-
-The access log (``AccessLog``) never writes a secret sent in a URL: a query parameter whose name
-says it is one (``token``, ``key``, ``secret``, ``password``, ``signature``, ``auth``…) or that has
-no name keeps its name and shows ``***`` for its value, in the request line, the query and the
-referrer; a request header named like a secret, if a format asks for one, is ``***`` too.
+Guaranteed: what gunicorn refuses before the site sees it (a malformed request line or header,
+one over its limits, a transfer coding it does not take) is answered with the site's JSON error,
+``{"error", "detail"}``, of the same status; only a peer in ``ANKUSA_TRUSTED_PROXIES`` (nobody by
+default) may say who the client was or its scheme (``X-Forwarded-*``, ``X-Real-IP``,
+``Forwarded``), and no peer may set ``SCRIPT_NAME`` or ``PATH_INFO``; the access log never writes
+a secret sent in a URL or a header (its value is ``***``, its name stays). Each worker freezes what
+it loaded out of the garbage collector's sight, and a worker that exits stops reporting its live
+gauges (its counters stay summed in: what it counted happened).
 """
 
 import gc
@@ -73,11 +51,17 @@ def write_json_error(sock, status_int, reason, mesg):
     util.write_nonblock(sock, head.encode("latin-1") + body)
 
 
+# gunicorn's worker classes (sync, gthread, the async ones) write their refusals through
+# util.write_error, replaced here when gunicorn loads this module (master and workers alike); the
+# status line's phrase is the status's own (gunicorn pairs 501 with "Bad Request").
 util.write_error = write_json_error
 
+# Not gunicorn's own default, which trusted loopback, where anyone on the machine is.
 TRUSTED_PROXIES = env_networks("ANKUSA_TRUSTED_PROXIES", [])
 forwarded_allow_ips = ",".join(str(network) for network in TRUSTED_PROXIES)
-forwarder_headers = ""  # neither SCRIPT_NAME nor PATH_INFO from any peer: the site is at the root
+# Neither SCRIPT_NAME nor PATH_INFO from any peer: the site is served at the root, and a prefix
+# sent by a client broke every path.
+forwarder_headers = ""
 # What a proxy says about the client, which only a trusted one may say.
 PROXY_HEADERS = frozenset({"FORWARDED", "X-REAL-IP"})
 
@@ -158,11 +142,17 @@ logger_class = AccessLog
 
 
 def post_worker_init(worker):
+    # What the worker loaded (modules, the URL resolver, models, settings: hundreds of thousands of
+    # objects) lives as long as it does, yet each collection of the oldest generation walked it
+    # all again; frozen, it is out of the collector's sight (bench/README.md has the figures).
+    # Garbage made while serving is collected as before.
     gc.collect()  # what loading left as garbage goes now, not frozen with the rest
     gc.freeze()
 
 
 def child_exit(server, worker):
+    # An exited worker's metric files stay behind; this tells prometheus-client it is gone, so its
+    # live gauges (the fleet breaker's state) stop being reported.
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 

@@ -1,37 +1,16 @@
 """The site's request handler: Django's, with a shorter way through for providers' webhooks.
 
-A webhook (``/hooks/<tenant>/<source>``, with or without the slash) is the request the site serves
-most and must serve cheapest. Django's handler takes every request through the whole middleware
-stack and the URL resolver; :class:`HookShortcut` takes a webhook straight to its view
-(``commands.hooks.receive``) through only the middleware that does something for it — by default
-all of ``settings.MIDDLEWARE`` but those in :data:`SKIPPED_FOR_HOOKS`, each named there with why a
-webhook does not need it. Everything else stays Django's: the request object, the signals that
-open and close database connections, the ``django.request`` log line of a 4xx or 5xx, and an
-exception turned into the site's 500 by each middleware layer.
-
-Measured against Django's own handler in alternating rounds of one run (``bench/intake_ab.py
---baseline bench.gunicorn_django_handler``, PostgreSQL with the fleet store): 0.87 of the machine's
-CPU per webhook (1.47 → 1.28 ms), the bare view's unchanged. README, Intake, Benchmark, has the rest.
-
-What it costs: the hook's way has to be kept true to the whole stack. A middleware added to
-``settings.MIDDLEWARE`` takes webhooks too unless it is named in ``SKIPPED_FOR_HOOKS``. One this
-way cannot run — with ``process_view``, ``process_exception`` or ``process_template_response``
-(which it does not call), or one that cannot run synchronously — must be skipped, or the site does
-not start. A middleware on the way sees no ``request.resolver_match`` (nothing was resolved), and
-may not route by setting ``request.urlconf``: a webhook it did that to is refused with a 500 and a
-log line naming the cause, rather than served by a route its urlconf may not have.
-``tests/commands/test_hook_shortcut.py`` holds the way to the whole stack: the same answers, the
-same headers — but for the session and CSRF cookies and ``Vary: Cookie``, which the skipped
-middleware adds to an answer whose request sent cookies, and a webhook's answer does not need.
-
-Every error under ``/api/`` and ``/hooks/`` is JSON, ``DEBUG`` or not (:func:`json_error_answer`):
-with ``DEBUG`` on, Django answers what it refuses before any view (a ``Host`` not in
-``ALLOWED_HOSTS``, an exception in a middleware) with its debug page, which shows the settings, the
-database's path and ``REDIS_URL``; here such an answer is replaced by the site's JSON error of the
-same status. The debug page stays for the admin's pages, where a developer reads it.
-
-``ankusa_site.wsgi`` serves with :class:`SiteWSGIHandler`; the tests' ``client`` fixture uses the
-same shortcut (``tests.conftest.SiteClient``).
+:class:`HookShortcut` takes a webhook (``/hooks/<tenant>/<source>``, with or without the slash),
+the request the site serves most, straight to ``commands.hooks.receive`` through every middleware
+of ``settings.MIDDLEWARE`` but those in :data:`SKIPPED_FOR_HOOKS`; every other request goes
+Django's way. Guaranteed: a webhook's answer and headers are the whole stack's (but the session and
+CSRF cookies and ``Vary: Cookie``, which the skipped middleware adds and a webhook does not need;
+``tests/commands/test_hook_shortcut.py``), Django's signals, 4xx/5xx log lines and 500 page
+included, and every error under ``/api/`` and ``/hooks/`` is JSON, ``DEBUG`` or not
+(:func:`json_error_answer`). Not supported on the webhook's way: a middleware with the hooks it
+never calls, an async-only one (the site does not start until it is skipped), or one that routes by
+``request.urlconf`` (a 500). ``ankusa_site.wsgi`` serves with :class:`SiteWSGIHandler`; the tests'
+``client`` fixture uses the same shortcut (``tests.conftest.SiteClient``).
 """
 
 from __future__ import annotations
@@ -50,7 +29,8 @@ from ankusa_site.answers import error, wants_json
 # The paths of ``commands.hooks.receive`` in ``ankusa_site.urls`` (``<str:…>`` is ``[^/]+``).
 HOOK_PATH = re.compile(r"/hooks/([^/]+)/([^/]+)/?")
 
-# Middleware that does nothing for a webhook, and why.
+# Middleware that does nothing for a webhook, and why. A middleware added to settings.MIDDLEWARE
+# takes webhooks too unless it is named here: the webhook's way is kept true to the whole stack.
 SKIPPED_FOR_HOOKS = {
     "whitenoise.middleware.WhiteNoiseMiddleware": "it serves /static/ only",
     "django.contrib.sessions.middleware.SessionMiddleware": "the view reads no session and sets none",
@@ -59,7 +39,9 @@ SKIPPED_FOR_HOOKS = {
     "django.contrib.auth.middleware.AuthenticationMiddleware": "a webhook is signed, not logged in",
     "django.contrib.messages.middleware.MessageMiddleware": "the view sends no messages",
 }
-# What a middleware on the webhook's way may not have: this way never calls them.
+# What a middleware on the webhook's way may not have: this way never calls them, so one that has
+# them must be skipped or the site does not start (a middleware here also sees no
+# request.resolver_match: nothing was resolved).
 UNCALLED_HOOKS = ("process_view", "process_exception", "process_template_response")
 
 
@@ -96,6 +78,8 @@ def _chain(paths: list[str], view):
 def _hook(request):
     from commands.hooks import receive
 
+    # Refused with a 500 and a log line naming the cause, rather than served by a route the
+    # middleware's urlconf may not have.
     if getattr(request, "urlconf", None) is not None:
         raise ImproperlyConfigured(
             "A middleware on webhooks' way set request.urlconf, which their shortcut does not follow: "
@@ -116,7 +100,12 @@ DJANGO_ERRORS = {
 
 def json_error_answer(request, response):
     """``response``, or in its place the site's JSON error of its status when it is an error that
-    is not JSON on a path whose every answer must be."""
+    is not JSON on a path whose every answer must be.
+
+    Why even with ``DEBUG`` on: Django answers what it refuses before any view (a ``Host`` not in
+    ``ALLOWED_HOSTS``, an exception in a middleware) with its debug page, which shows the settings,
+    the database's path and ``REDIS_URL``. The debug page stays for the admin's pages, where a
+    developer reads it."""
     if response.status_code < 400 or not wants_json(request):
         return response
     if response.get("Content-Type", "").split(";")[0].strip().endswith("json"):

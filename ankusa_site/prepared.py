@@ -1,22 +1,14 @@
 """Server-side prepared statements for the few statements run once per command or per request.
 
-Django's PostgreSQL backend binds parameters on the client (psycopg's ``ClientCursor``): every
-statement reaches the server as new text, which it parses and plans again. For the statements on
-the hot paths — intake's one-statement write, the dispatch loop's claim, start and finish — the
-planning costs the server about as much as the work itself (measured with pgbench on intake's
-write: 2,200 statements/s as text, 4,400/s prepared, on the 2-core machine). ``execute_prepared``
-runs such a statement on Django's own connection (so inside the caller's transaction, if any) with
-a psycopg cursor of its own that binds on the server; a statement run more than
-``prepare_threshold`` times on a connection (``DATABASE_URL``'s option, 5 by default) is prepared
-there for the connection's life, and ``off`` (None) never prepares. (Django's own
-``server_side_binding`` option would bind every ORM query on the server, most of which are run
-too rarely to gain from it; this is for the few that are.)
-
-What Django's cursor does and this keeps: the connection health check and (re)connection, the
-thread-sharing check, Django's exception classes (``IntegrityError`` …, via
-``wrap_database_errors``), and an entry in ``connection.queries`` when queries are logged (DEBUG,
-``CaptureQueriesContext``). Statements must be written with ``%s`` placeholders and passed their
-parameters as Python values (a ``datetime``, a list for an array), never pre-adapted strings.
+``execute_prepared`` runs a statement on Django's own connection (so inside the caller's
+transaction, if any) with a psycopg cursor of its own that binds on the server; a statement run
+more than ``prepare_threshold`` times on a connection (``DATABASE_URL``'s option, 5 by default) is
+prepared there for the connection's life, and ``off`` (None) never prepares. It keeps what
+Django's cursor does: the connection health check and (re)connection, the thread-sharing check,
+Django's exception classes (``IntegrityError`` …, via ``wrap_database_errors``), and an entry in
+``connection.queries`` when queries are logged. Statements must be written with ``%s``
+placeholders and passed their parameters as Python values (a ``datetime``, a list for an array),
+never pre-adapted strings.
 """
 
 from __future__ import annotations
@@ -31,6 +23,11 @@ from psycopg.pq import ExecStatus
 TUPLES_OK = ExecStatus.TUPLES_OK
 
 
+# Why: Django's PostgreSQL backend binds parameters on the client (psycopg's ClientCursor), so every
+# statement reaches the server as new text, parsed and planned again. For the hot paths (intake's
+# one-statement write, the dispatch loop's claim, start and finish) planning costs the server about
+# as much as the work itself (bench/README.md). Django's own server_side_binding option would bind
+# every ORM query on the server, most of which run too rarely to gain from it.
 def execute_prepared(connection: BaseDatabaseWrapper, sql: str, params: list) -> tuple[list[tuple], int]:
     """Run ``sql`` prepared on the server (PostgreSQL only); returns its rows and its row count.
 

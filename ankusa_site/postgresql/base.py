@@ -1,17 +1,11 @@
 """Django's PostgreSQL backend, with a health check that costs no round trip when nothing is wrong.
 
-With ``CONN_HEALTH_CHECKS`` (on: see ``ankusa_site.env``), Django checks a persistent connection
-before its first use in each request by sending ``SELECT 1``: a round trip on every request,
-measured at 160 µs of the worker's CPU on the 2-core machine (most of it the loopback's kernel
-work), a tenth of a whole webhook. But a connection that sits idle between requests has nothing to
-read unless the server ended it: a server that ends a session (a restart, ``pg_terminate_backend``,
-``idle_session_timeout``) sends an error and closes the socket, and either makes it readable. So
-``is_usable`` first polls the socket without waiting. Nothing there and an idle session: usable.
-Anything there: Django's own ``SELECT 1`` decides (a notice can reach an idle session too).
-
-What it cannot see, any more than ``SELECT 1`` could without waiting on TCP timeouts: a peer that
-vanished without a word (a cut cable). The first statement then fails, the request answers its
-error (intake: 503, nothing stored), and Django drops the connection at the end of the request.
+With ``CONN_HEALTH_CHECKS`` (on: see ``ankusa_site.env``), ``is_usable`` first polls an idle
+connection's socket without waiting: nothing to read, usable; anything there, Django's own
+``SELECT 1`` decides. Not seen, any more than ``SELECT 1`` could without waiting on TCP timeouts:
+a peer that vanished without a word (a cut cable). The first statement then fails, the request
+answers its error (intake: 503, nothing stored), and Django drops the connection at the end of the
+request.
 """
 
 from __future__ import annotations
@@ -29,6 +23,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
             return False
         if connection.info.transaction_status != pq.TransactionStatus.IDLE:
             return super().is_usable()
+        # Django's own check sends SELECT 1: a round trip on every request (bench/README.md has
+        # its cost). An idle session has nothing to read unless the server ended it: a server that
+        # ends a session (a restart, pg_terminate_backend, idle_session_timeout) sends an error
+        # and closes the socket, and either makes it readable. A notice can reach an idle session
+        # too, so anything there goes to SELECT 1.
         poller = select.poll()
         try:
             poller.register(connection.fileno(), select.POLLIN | select.POLLPRI)

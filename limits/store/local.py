@@ -1,13 +1,12 @@
 """``LocalStore``: the store in this process's memory (``scope: node``, and the fleet store's fallback).
 
-Thread-safe: one lock around each call, which only does dictionary work (microseconds), so a call
-never waits on anything but other calls of this process. Time comes from ``clock`` (µs since the
-epoch, wall clock like Redis ``TIME``), injected in tests.
+Thread-safe: one lock around each call, which only does dictionary work, so a call never waits on
+anything but other calls of this process. Time comes from ``clock`` (µs since the epoch, wall
+clock like Redis ``TIME``), injected in tests.
 
 Claims expire by their own deadline (``expires_us``) and are dropped lazily from a heap of
-deadlines, so memory follows the live claims: about 200 bytes each, so 72 h of committed keys at
-10 events/s is ~500 MB. ``max_claims`` bounds it: past it the claim closest to its deadline is
-forgotten first (the database's unique constraint still refuses that duplicate).
+deadlines, so memory follows the live claims. ``max_claims`` bounds it: past it the claim closest
+to its deadline is forgotten first (the database's unique constraint still refuses that duplicate).
 
 Not guaranteed: anything beyond this process. Two gunicorn workers are two stores, so with
 ``scope: node`` a site of W workers admits up to W × the limit and dedupes per worker.
@@ -35,6 +34,7 @@ from limits.store.base import (
     check_distinct,
 )
 
+# A claim takes about 200 bytes: 72 h of committed keys at 10 events/s would be ~500 MB unbounded.
 DEFAULT_MAX_CLAIMS = 1_000_000
 
 

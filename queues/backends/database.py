@@ -1,30 +1,14 @@
 """The database backend of the reliable FIFO: one ``QueueItem`` row per item (the default).
 
-Claims on PostgreSQL are one statement: a CTE picks the first ``n`` main rows in order with
-``FOR UPDATE SKIP LOCKED`` and the UPDATE around it moves them to busy and returns them, so any
-number of consumers claim at once without waiting on each other and no row goes to two of them.
-The partial index ``queueitem_main_order`` serves exactly that scan, so its cost depends on ``n``
-and not on how many items wait. On SQLite the same claim runs inside a short ``BEGIN IMMEDIATE``
-transaction (the settings make every ``atomic`` one, with a 20 s busy timeout): writers take
-turns, which is all SQLite offers, and a claim holds the lock for three small statements.
-
-``enqueue`` joins the caller's transaction on the caller's connection (on PostgreSQL it is one
-statement; on SQLite ``atomic(savepoint=False)``): intake writes its commands and their queue items
-in one transaction, and a rollback there leaves no item behind. It never commits on its own inside
-one.
-
-``done`` is one ``DELETE … RETURNING`` per call (per 1,000 items): it finds the rows by primary
-key and keeps only those still busy under the caller's claim — on PostgreSQL the ids and claims as
-two arrays joined to the table, on SQLite a ``(id, claims) IN (VALUES …)`` row-value test — rather
-than one OR'd condition per item. A concurrent recovery cannot slip in between the check and the
-delete: it is one statement, and PostgreSQL re-checks a row changed under it before deleting.
-Recovery, requeue and failure are conditional on the same claim, checked under a row lock.
-
-The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL — on PostgreSQL with
-the same text for any number of items, kept prepared on the server (``ankusa_site.prepared``) —
-and the claim builds ``Item`` values straight from its rows: the ORM's per-row model instances and
-per-field preparation cost more CPU than the statements themselves, and the dispatch loop runs
-them once per command.
+Claims: on PostgreSQL one statement (``FOR UPDATE SKIP LOCKED`` on the partial index
+``queueitem_main_order``), so any number of consumers claim at once without waiting on each other,
+no row goes to two of them, and the cost depends on ``n``, not on how many items wait; on SQLite
+the same claim in a short ``BEGIN IMMEDIATE`` transaction (writers take turns, which is all SQLite
+offers). ``enqueue`` joins the caller's transaction on the caller's connection and never commits
+on its own inside one: intake writes its commands and their queue items together, and a rollback
+leaves no item behind. ``done``, recovery, requeue and failure act only on items still busy under
+the caller's claim, each in one statement or under a row lock, so a concurrent recovery cannot slip
+in between.
 
 What it does NOT do: ``length`` counts rows (through the partial indexes) rather than reading a
 counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot path; and a waiting
@@ -60,6 +44,12 @@ PAYLOAD = QueueItem._meta.get_field("payload")
 BATCH = 1000
 TABLE = QueueItem._meta.db_table
 
+# The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL, on PostgreSQL with the
+# same text for any number of items so they stay prepared on the server (ankusa_site.prepared), and
+# the claim builds Item values straight from its rows: the ORM's per-row model instances and
+# per-field preparation cost more CPU than the statements themselves, and the dispatch loop runs
+# them once per command.
+
 # The UPDATE finds the picked rows by ctid (a Tid Scan, no index lookup): safe because the CTE
 # holds their row locks, so no other transaction can move them before the UPDATE runs.
 CLAIM_SQL_POSTGRESQL = """
@@ -79,6 +69,9 @@ RETURNING item.id, item.position, item.payload, item.enqueued_at, item.requeue_c
 """
 
 # A busy row finished by ``done``: one of the given ids, still busy, still under the given claim.
+# One statement per call (per BATCH items), by primary key, with the claims as a row-value test
+# rather than one OR'd condition per item; a concurrent recovery cannot slip in between the check
+# and the delete (PostgreSQL re-checks a row changed under it before deleting).
 DONE_SQL = f"""
 DELETE FROM {TABLE}
 WHERE id IN ({{ids}}) AND queue = %s AND state = 'busy' AND (id, claims) IN (VALUES {{tokens}})
@@ -250,6 +243,8 @@ class DatabaseFIFO(ReliableFIFO):
                 )
                 for pk, _, payload, enqueued_at, requeue_count, fail_count, last_error, claims in rows
             ]
+        # SQLite: three small statements in the BEGIN IMMEDIATE transaction the settings make of every
+        # atomic (20 s busy timeout): writers take turns.
         main = self._rows(State.MAIN)
         if not main.exists():
             return []  # an idle consumer's poll takes no write lock
