@@ -1,36 +1,14 @@
 """What every admin page of the site shares: guards that turn input no database can use into the
 admin's own answers, and the ``ModelAdmin`` every model admin derives from.
 
-Django's admin trusts a query string, a form and a posted selection further than PostgreSQL and
-SQLite do: a year past 9999, an id past 2**63 - 1 (SQLite's driver cannot bind it), a NUL (no
-PostgreSQL text holds one), JSON that one database refuses and the other stores but cannot show
-back. Fuzzing turned each into a 500. ``AdminGuards``, mixed into every admin of the site (ours
-through ``ModelAdmin``; Django's users and groups are registered again below with it), answers:
-
-* **Which filters a URL may ask for** (``url_lookup_allowed``): a path of fields, none of them
-  secret, then a comparison the admin's own filters, date hierarchy and links use (``exact``,
-  ``in``, ``isnull``, ``isempty``, ``gt``/``gte``/``lt``/``lte``, a date part). Anything else is Django's answer
-  to a disallowed lookup, a 400: ``?secret__startswith=a`` would tell a secret one character at a
-  time from the count of rows, and ``__range``, ``__regex`` or a JSON ``__contains`` fail in the
-  database (SQLite has no JSON containment, and raises for a bad regex) rather than as a filter.
-* **Changelist filters** (``GuardedChangeList``): a lookup whose value fails while the list is
-  built or counted (``ValueError``, ``OverflowError``, ``DataError``), or any query-string value
-  holding a NUL (the search included), is an invalid filter — the redirect to ``?e=1`` Django
-  gives for a lookup it can tell is bad.
-* **JSON fields** (``StorableJSONField``, for every ``models.JSONField``): parsed by the webhook
-  intake's own rule (``commands.intake.parse_json``: NUL, lone surrogates, non-finite or too long
-  numbers, nesting deeper than 64), and ``null`` refused where the column is NOT NULL, each a
-  form error on the field. A refused text is shown back as typed.
-* **Keys in forms** (autocomplete widgets, many-to-many fields): a value that is no key is "Select a
-  valid choice" / "not a valid value", never a query with it.
-* **The selection of an action**: every selected id is checked before any query (``as_key``),
-  with a message naming the first that cannot be one.
-* **The autocomplete view's search**: a term holding a NUL finds nothing.
-
-What this does not do: check a value against the rows (an id that could exist but does not still
-filters to nothing, as Django does), or make a filter that PostgreSQL can run but SQLite cannot
-bind agree across databases (``?pk__in=<2**64>`` lists nothing on PostgreSQL, redirects on SQLite).
-
+``AdminGuards``, mixed into every admin of the site (ours through ``ModelAdmin``; Django's users
+and groups are registered again below with it), answers what Django's admin trusts further than
+PostgreSQL and SQLite do — a year past 9999, an id past 2**63 - 1, a NUL, JSON one database
+refuses — with a 400, the invalid-filter page (``?e=1``), a form error or "Select a valid choice",
+never a 500: which lookups a URL may ask for (none on a secret field), changelist filters, JSON
+fields (the webhook intake's own rule), keys in forms, an action's selection and the autocomplete
+search. It does not check a value against the rows, or make a filter PostgreSQL can run but SQLite
+cannot bind agree across databases. Each guard in full: docs/design.md, *The admin*.
 ``selected_across`` reads "every row that matches the filter" as Django's own action form does,
 for confirmation pages that post it back.
 """

@@ -8,8 +8,7 @@ Why: on a shared two-core machine the throughput ratio of ``bench/intake.py`` mo
 a change to the intake's code moves it, so a change of a few percent cannot be seen there. The
 count of bytecode instructions the interpreter runs per request does not depend on the machine's
 load (it is the same from run to run for the same code and requests), and the interpreter is where
-about half of the machine's CPU goes under the intake benchmark (``perf``: ``libpython`` 54 % of
-all samples). It does not count time in C (``json``, ``hmac``, the drivers), in PostgreSQL or in
+most of the machine's CPU goes under the intake benchmark (``perf``; bench/README.md). It does not count time in C (``json``, ``hmac``, the drivers), in PostgreSQL or in
 Redis, nor the cost of waiting for them: it tells whether Python work went up or down, and where.
 
 Each set-up runs on its own throw-away database (as ``bench/intake.py``: PostgreSQL with the fleet

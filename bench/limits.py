@@ -4,15 +4,15 @@ Run by hand (not by the test suite), against the Redis at ``REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``). Every key it writes is under a unique prefix and deleted at the
 end; it never flushes a database.
 
-    .venv/bin/python bench/limits.py            # ~30 s
-    .venv/bin/python bench/limits.py --quick    # ~8 s, smaller samples
+    .venv/bin/python bench/limits.py
+    .venv/bin/python bench/limits.py --quick    # smaller samples
 
 Figures, each against a baseline measured in the same run:
 
 * ``redis_hit_vs_ping``: hits/s (two charges + a claim, one thread) over raw ``PING``/s sent with
   redis-py's ``ping()``, the client the rest of the site uses. Target ≥ 0.6. Also reported:
   ``redis_hit_vs_own_ping``, over ``PING`` through the store's own lean RESP client, which shows
-  what the script itself costs (Redis runs it in ~35 µs, a ``PING`` in ~0.2 µs).
+  what the script itself costs.
 * ``redis_hit_vs_limits_pkg``: our hits/s over the PyPI ``limits`` package doing the same work (a
   hooks limit, a bytes limit with the body length as cost, and a ``SET NX PX`` claim), with its
   faster of its fixed-window and sliding-window-counter strategies (its moving window would store

@@ -10,7 +10,7 @@ admin works offline. Outcomes: ``ok``; ``failed`` by the adapter's outlook (``ag
 ``after-fix``, ``never``); ``unknown`` (no outlook, or a send whose worker died).
 
 What it does not do: count attempts still in flight (they have no finish time yet), or stay cheap
-on a huge attempts table without an index on ``Attempt.finished_at`` (see the README's note).
+on a huge attempts table without an index on ``Attempt.finished_at``.
 """
 
 from __future__ import annotations

@@ -1,40 +1,21 @@
-"""The dispatch loop: sweep, consume, recover — run by ``manage.py dispatch`` or Celery.
+"""The dispatch loop: sweep, drain, recover — run by ``manage.py dispatch`` or Celery.
 
-* **sweep** — every due command (``approved``, or ``failed`` and due) goes through
-  ``retry.decide``. Taken: ``→ queued`` by a conditional update and one item on the ``commands``
-  queue. Skipped: the reason is written on the command and it stays where it is; a reason only a
-  person can change (``never``, ``not-idempotent``, ...) parks it outside the sweep's query.
-* **consume** — claim items for a bounded pool of sender threads (``ANKUSA_DISPATCH_CONCURRENCY``,
-  at most ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector), because a send waits on the receiver,
-  not on us. A free sender takes the next claimed command itself, wins ``queued → dispatching``
-  for the attempt number the sweep gave it (a conditional UPDATE, shared with the senders that
-  ask at the same moment) and sends at once; a recorder thread writes each batch of outcomes —
-  attempt rows, next states, queue items done — in one transaction. A round sweeps in a thread
-  of its own while it drains, so sending starts with the first committed sweep batch.
-* **recover** — a command still ``dispatching`` longer than the visibility timeout lost its worker
-  (the system check E002 keeps a live send shorter than that): it becomes ``failed`` with **no**
-  outlook, because nobody knows whether it went out, so a non-idempotent connector is never sent
-  twice by the machine. Queue items claimed that long ago go back to the queue. A command
-  ``queued`` with no item left (lost between its commit and its enqueue) gets a new item. A
-  long-running loop recovers on a timer of its own (:func:`keep_recovering`), not once a round.
-* **outcomes are kept until written** — the recorder tries a refused write again with a capped
-  backoff; a dispatcher closing while the database refuses spools the outcomes to local disk
-  (``commands.spool``), and the next drain on that node writes them back before it claims
-  anything. A command whose outcome is held unwritten is not recovered as lost by its own
-  process; one recovered meanwhile by another gets its real outcome when it arrives, while it
-  still waits as ``WorkerLost`` at that attempt. A start whose statement failed sent nothing: it
-  is undone (it may have committed unseen) and its item goes back to the head of the queue.
+* **sweep** — due commands go through ``retry.decide``: taken, ``→ queued`` with one item on the
+  ``commands`` queue; skipped, the reason is written on the command.
+* **drain** — sender threads (``ANKUSA_DISPATCH_CONCURRENCY``, at most
+  ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector) each win ``queued → dispatching`` for the attempt
+  the sweep decided and send at once; a recorder thread writes each batch of outcomes in one
+  transaction, keeping them (or spooling them, ``commands.spool``) until written.
+* **recover** — a command ``dispatching`` past the visibility timeout becomes ``failed`` with no
+  outlook; expired items go back to the queue; a ``queued`` command with no item gets one.
 
-Why nothing is ever sent twice by the loop: a send happens only after winning
-``queued → dispatching`` for attempt *n*, and a command reaches ``queued`` for attempt *n* only
-through one decision. A stale or duplicate queue item finds the command no longer ``queued`` at
-attempt *n − 1* and is dropped. Several dispatch processes (or Celery workers) can therefore run at
-once, and an item handed out twice costs a no-op, not a second send.
-
-What is not guaranteed: the per-connector cap is per process (N processes send up to N × the cap
-to one receiver); a command whose worker dies mid-send waits for a person even if the receiver
-never saw it — that is the price of never sending a non-idempotent command twice. The same holds
-for an outcome held in memory when the process is killed with -9, or spooled on a disk that is lost.
+Guaranteed: the loop never sends a command twice by itself (a send needs the ``queued →
+dispatching`` move for that attempt; a stale or duplicate item finds it gone), with any number of
+loops or Celery workers at once. Not guaranteed: the per-connector cap is per process (N processes
+send up to N × the cap to one receiver); a command whose worker dies mid-send, or whose outcome
+dies with its process or its disk, waits for a person even if the receiver never saw it — the
+price of never sending a non-idempotent command twice. The whole account: docs/design.md, *The
+dispatch loop*.
 """
 
 from __future__ import annotations

@@ -1,47 +1,21 @@
 """Intake: the one function both front doors call — a webhook (``commands.hooks``) and a REST
 submission (``commands.intake_api``) — to turn an authenticated request into stored commands.
 
-``submit(arrival)`` does, in this order:
+``submit(arrival)``: one store call (quota charges and the dedupe claim together; a refusal there
+spends and stores nothing), one write (the delivery, its commands, and for those born ``approved``
+the sweep's own move to ``queued`` with its queue item), then the claim settled as committed and
+only then a 202. Guaranteed: a 2xx is never given for something that is not stored — 202 follows a
+returned commit, and a duplicate answer comes from a claim settled after a commit or from the
+database's unique constraint (a delivery's ``(tenant, source, event_key)``, an API command's
+``(tenant, idempotency_key)``) with the stored original read back. A failed write releases the
+claim and answers 503 saying only what is known ("nothing was stored", or "the outcome is unknown").
 
-1. **one store call** (``limits.admission.admit``): the tenant's ``hooks`` (1) and ``bytes`` (body
-   length) charges and, when the arrival has a dedupe key, the claim on it — together. A refusal
-   there spends nothing and stores nothing: ``RateLimited`` → 429, ``Exceeds`` → 413, a claim held
-   by an uncommitted holder → 409 ``in_flight``, a committed claim → 200 duplicate with the
-   original's id;
-2. **one transaction**: the delivery (webhooks), one command per connector, and — for commands
-   born ``approved`` — the sweep's own move to ``queued`` with its queue item (the same decision,
-   state, attempt number and payload as ``commands.dispatch.sweep``), so they are dispatched
-   without waiting for a sweep. ``draft`` commands (a source that needs approval) are not queued.
-   On PostgreSQL with the database queue the three writes are one statement that commits by
-   itself (one round trip); elsewhere, three statements in a transaction;
-3. **after the commit**, the claim is settled as committed with the stored row's id, and only then
-   is 202 answered. A failed write releases the claim and answers 503 + ``Retry-After: 1``, whose
-   text says only what is known: "nothing was stored" when the write certainly did not commit
-   (the database could not be reached, or refused it with an error of its own), and "the outcome
-   is unknown" when the connection broke after the write that commits was sent — the server may
-   have committed it without its answer reaching us. A retry then finds it, if it was stored, as
-   a duplicate (for an arrival with a dedupe key; without one a retry may store it again).
-
-Why a 2xx is never given for something that is not stored: 202 follows a returned commit, and a
-duplicate answer comes either from a claim that was settled after a commit or from the database
-itself — when the unique constraint (a delivery's ``(tenant, source, event_key)``, an API
-command's ``(tenant, idempotency_key)``) refuses the insert, the stored original is read back and
-answered; if it cannot be read, the answer is 503, not 200. So a Redis outage (each node claiming
-from its own memory) or a claim that expired can cost a duplicate insert attempt, never a second
-stored event.
-
-A node that dies while its statement waits (on a lock, say) may still have it stored: PostgreSQL
-finishes an autocommitted statement whose client is gone. The provider's retry is then answered
-as a duplicate of the stored event — stored once, as always, though nobody was told 202.
-
-What it does not do: authenticate, verify signatures or parse bodies — the endpoints do, before
-calling it (a request refused there spends no quota). It does not guarantee that a ``queued``
-command has its item on a Redis queue: that write follows the commit, and the dispatch loop's
-recovery gives an item to a ``queued`` command that has none.
-
-The module ends with what both endpoints share at the HTTP level: reading a body within a limit
-(``read_body``), strict JSON (``parse_json``), one mapping from outcomes to answers (``refusal``)
-and the Prometheus counters of every answer (``measured``).
+Not guaranteed: a node that dies while its statement waits may still have it stored (PostgreSQL
+finishes an autocommitted statement whose client is gone; the provider's retry is then a
+duplicate, stored once); a ``queued`` command's item on a Redis queue follows the commit (the
+dispatch loop's recovery gives one to a command that has none). Authentication, signatures and
+parsing are the endpoints'. The steps in full: docs/design.md, *Intake*. The module ends with what
+both endpoints share at the HTTP level (``read_body``, ``parse_json``, ``refusal``, ``measured``).
 """
 
 from __future__ import annotations

@@ -14,32 +14,19 @@ every script may touch them all)::
 plus ``ankusa:queues``, the set of queue names, for the admin and ``manage.py queues stats``.
 
 Every operation that reads and writes is one script, so it is atomic: two consumers can never pop
-the same id. The hot path touches each item a handful of times and never rewrites its record:
-a claim is LPOP + HMGET + ZADD, a done ZMSCORE + ZREM + HDEL, whatever the batch size. A claim's
-token is its claim time (the busy score, to the microsecond): done/requeue/fail/unclaim of an
-``Item`` act only while the busy score is still that claim's, so a claim that expired and was
-taken over cannot be finished twice. (Two claims of one item in the same microsecond would share
-a token: a real clock does not produce them, nodes whose clocks disagree only by coincidence.)
-``done`` and recovery use the sorted set by member and by score range, never a scan of busy:
-the seed's list design (``RPOPLPUSH`` + ``LREM``) slows down linearly with the busy list, this
-does not.
-
-Times (claim, failure, enqueue) come from the caller's clock, passed into the scripts as
-microseconds, so tests can move time and every backend reads the same clock.
-
-An operator's ``drop_ids`` deletes the record and takes the id out of busy (ZREM, O(log busy)) or
-failed (LREM, O(failed): an operator's list, read whole by ``requeue_failed`` anyway), but leaves
-an id that waits in main where it is, as a tombstone, and counts it in ``dropped``: LREM would
-cost O(length of main) per id, and main is the list that grows to millions. Claims pop tombstones
-and skip them (one HMGET that claims do anyway; a tombstone costs its LPOP once), ``peek`` skips
-them, ``length("main")`` is LLEN minus ``dropped``, and a drop pops the tombstones it leaves at the
-head right away (dropping the first items of main leaves none). What remains: tombstones in the
-middle of main cost ``peek`` one HMGET slot each until a claim pops them.
+the same id. A claim is LPOP + HMGET + ZADD, a done ZMSCORE + ZREM + HDEL, whatever the batch size;
+``done`` and recovery use the busy sorted set by member and by score range, never a scan of busy
+(the seed's list design, ``RPOPLPUSH`` + ``LREM``, slows down linearly with the busy list). A
+claim's token is its claim time (the busy score, to the microsecond): done/requeue/fail/unclaim of
+an ``Item`` act only while the busy score is still that claim's, so a claim that expired and was
+taken over cannot be finished twice. Times come from the caller's clock, passed into the scripts
+as microseconds, so tests can move time and every backend reads the same clock. An operator's
+``drop_ids`` leaves a dropped id that waits in main as a tombstone (see ``DROP_IDS``).
 
 What it does NOT do: survive a Redis that loses writes (persistence and replication are the Redis
 operator's choice; with ``appendfsync everysec`` a crash loses up to a second of queue changes);
-``requeue_failed`` reads the whole failed list in one script (an operator's action; 100,000
-failed items hold Redis for a fraction of a second); ``claim(wait=...)`` polls.
+``requeue_failed`` reads the whole failed list in one script (an operator's action);
+``claim(wait=...)`` polls.
 """
 
 from __future__ import annotations
@@ -66,6 +53,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REGISTRY_KEY = "ankusa:queues"
 # Items moved per script by recovery and failed-list removal, so no script holds Redis for long.
 BATCH = 1000
+# A claim's token is its claim time in µs. Two claims of one item in the same microsecond would share
+# one: a real clock does not produce them, nodes whose clocks disagree only by coincidence.
 # The token of an Item that is not under a claim (peeked from main or failed): matches no claim.
 NO_CLAIM = -1
 
@@ -403,6 +392,13 @@ return #moved
 """
 
 # ARGV: id...  ->  how many items were deleted, whatever their sub-queue
+# The record goes, and the id leaves busy (ZREM, O(log busy)) or failed (LREM, O(failed): an
+# operator's list, read whole by requeue_failed anyway); an id that waits in main stays there as a
+# tombstone, counted in DROPPED, because LREM would cost O(length of main) per id and main is the
+# list that grows to millions. Claims pop tombstones and skip them (one HMGET that claims do anyway;
+# a tombstone costs its LPOP once), peek skips them, length("main") is LLEN minus DROPPED, and a
+# drop pops the tombstones it leaves at the head right away. What remains: tombstones in the middle
+# of main cost peek one HMGET slot each until a claim pops them.
 DROP_IDS = """
 local ids, scores, records = chosen()
 local gone, busy, unfailed, waiting = {}, {}, {}, 0
