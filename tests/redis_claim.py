@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -61,8 +62,9 @@ def _lock(path: Path) -> int | None:
     return fd
 
 
-def claim(url: str, *, lock_dir: Path | None = None, candidates=CANDIDATES) -> Claim:
+def claim(url: str, *, lock_dir: Path | None = None, candidates: Iterable[int] = CANDIDATES) -> Claim:
     """Take the first free database number on the server ``url`` names (its own number ignored)."""
+    candidates = list(candidates)
     for db in candidates:
         if db == 0:
             raise ValueError("database 0 is the site's own default: never a test database")
