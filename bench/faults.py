@@ -480,7 +480,9 @@ class Injector:
         return Fault(cleared, in_progress(self.tenant), set(gone_ports), note)
 
     def _kill(self, proc: Proc) -> set[int]:
-        """SIGKILL ``proc``; the ports its connections to the receiver used."""
+        """SIGKILL ``proc``; the ports its connections to the receiver used. It is stopped first
+        (SIGSTOP: it cannot tell) so it opens no connection while they are read."""
+        os.kill(proc.pid, signal.SIGSTOP)
         ports = sender_ports([proc.pid], self.receiver.port)[proc.pid]
         proc.kill()
         return ports
