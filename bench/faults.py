@@ -154,8 +154,9 @@ class Proc:
         return self.log_path.read_text(errors="replace")
 
 
-def sender_ports(pids: list[int], receiver_port: int) -> dict[int, set[int]]:
-    """For each process, the local ports of its TCP connections to the receiver (from ``/proc``)."""
+def sender_ports(pids: list[int], port: int, *, served: bool = False) -> dict[int, set[int]]:
+    """For each process, from ``/proc``: the local ports of its TCP connections to ``port`` (or,
+    ``served``, the client ports of the connections it has accepted on ``port``)."""
     inodes: dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -163,8 +164,11 @@ def sender_ports(pids: list[int], receiver_port: int) -> dict[int, set[int]]:
                 next(lines)
                 for line in lines:
                     fields = line.split()
-                    if int(fields[2].rsplit(":", 1)[1], 16) == receiver_port:
-                        inodes[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
+                    local, remote = (int(address.rsplit(":", 1)[1], 16) for address in fields[1:3])
+                    if served and local == port and fields[3] == "01":  # 01: established
+                        inodes[fields[9]] = remote
+                    elif not served and remote == port:
+                        inodes[fields[9]] = local
         except OSError:
             continue
     found: dict[int, set[int]] = {}
@@ -522,11 +526,22 @@ class Injector:
         self.site.senders.append(self.site.start_dispatch())
         return self._record(ports, note)
 
-    def web_worker_kill(self) -> Fault:
+    def web_worker_kill(self, timeout: float = 5.0) -> Fault:
+        """``kill -9`` a gunicorn worker while it answers a request: each is stopped (SIGSTOP)
+        for the moment it takes to look at its connections, and killed if it holds one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for pid in self.site.gunicorn.children():
+                os.kill(pid, signal.SIGSTOP)
+                if sender_ports([pid], self.site.port, served=True)[pid]:
+                    os.kill(pid, signal.SIGKILL)
+                    return self._record()
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(0.01)
         workers = self.site.gunicorn.children()
         if workers:
             os.kill(workers[0], signal.SIGKILL)
-        return self._record(note="" if workers else "no gunicorn worker found")
+        return self._record(note="no worker was seen answering a request")
 
     def redis_kill(self) -> Fault:
         self.services.redis.stop()
