@@ -21,8 +21,8 @@ Scenarios (``--quick``: one fault each, 250 webhooks at 50/s; else the count bel
 ``dispatch_kill`` (``kill -9`` the loop while it sends, start it again at once; 6 times),
 ``dispatch_kill_redis_queue`` (the same on the Redis queue), ``web_worker_kill`` (``kill -9`` a
 gunicorn worker while it answers; 5), ``redis_kill`` (SIGKILL, started again empty 2 s later; 2),
-``pg_restart`` (``stop -m immediate``, started again 1 s later; 2), ``celery_worker_kill``
-(``kill -9`` the worker that is sending, started again 3 s later; 2).
+``pg_restart`` (``stop -m immediate`` while the loop sends, started again 1 s later; 2),
+``celery_worker_kill`` (``kill -9`` the worker that is sending, started again 3 s later; 2).
 
 The JSON line holds ``lost``, ``double_stored``, ``double_sent`` and ``http_500`` summed, and per
 scenario those plus ``delivered_but_unknown``, ``resume_s``, ``recovered_s`` and what explains them;
@@ -554,10 +554,15 @@ class Injector:
         return self._record()
 
     def pg_restart(self) -> Fault:
-        self.services.pg.stop("immediate")
+        """Stop PostgreSQL as ``pg_ctl stop -m immediate`` does (SIGQUIT to the postmaster) while
+        the loop sends, so sends are in flight when it goes; start it again ``PG_DOWN_S`` later."""
+        _, note = self._sending(self.site.senders)
+        with open(os.path.join(self.services.pg.data, "postmaster.pid")) as pid_file:
+            os.kill(int(pid_file.readline()), signal.SIGQUIT)  # at once: pg_ctl takes ~0.1 s to start
+        self.services.pg.stop("immediate")  # returns once the server is down
         time.sleep(PG_DOWN_S)
         self.services.pg.start()
-        return self._record()
+        return self._record(note=note)
 
     def celery_worker_kill(self) -> Fault:
         worker, note = self._sending([proc for proc in self.site.senders if proc.alive()])
