@@ -902,6 +902,9 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
 
+    # SIGTERM (a test's timeout, an operator) ends the run as Ctrl-C does: through the clean-up
+    # below, so no private server or site process outlives it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     workdir = Path(tempfile.mkdtemp(prefix="ankusa-faults-"))
     (workdir / "var").mkdir()
     services = Services(workdir)
