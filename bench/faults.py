@@ -902,6 +902,7 @@ def main() -> None:
     # SIGTERM (a test's timeout, an operator) ends the run as Ctrl-C does: through the clean-up
     # below, so no private server or site process outlives it.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    measured_on = commit()  # the code this run loaded, whatever is checked out meanwhile
     workdir = Path(tempfile.mkdtemp(prefix="ankusa-faults-"))
     (workdir / "var").mkdir()
     services = Services(workdir)
@@ -948,7 +949,7 @@ def main() -> None:
     figures = {key: sum(r[key] for r in results.values()) for key in KEYS[:4]}
     figures.update(results)
     figures.update(
-        quick=args.quick, visibility_timeout_s=args.visibility, interval_s=args.interval, commit=commit()
+        quick=args.quick, visibility_timeout_s=args.visibility, interval_s=args.interval, commit=measured_on
     )
     print(json.dumps(figures))
 
