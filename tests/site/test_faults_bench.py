@@ -94,6 +94,10 @@ def test_no_fault_answers_a_webhook_with_a_500(figures):
     assert figures["http_500"] == 0
 
 
+def test_every_503_says_when_to_retry(figures):
+    assert by_scenario(figures, "http_503_without_retry_after") == dict.fromkeys(SCENARIOS, 0)
+
+
 def test_every_event_sent_again_comes_back_a_duplicate_with_its_delivery_id(figures):
     assert by_scenario(figures, "resend_not_duplicate") == dict.fromkeys(SCENARIOS, 0)
 
