@@ -49,8 +49,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
-
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
@@ -588,11 +586,6 @@ class Services:
         try:
             self.pg.start()
             self.database_url = self.pg.create_database("faults")
-            # The cluster runs with synchronous_commit=off (a test's data is worth nothing after
-            # it): an immediate restart would then lose commits already acknowledged, a loss of
-            # the test cluster's making. This database commits as a production one does.
-            with psycopg.connect(self.pg.url(), autocommit=True) as conn:
-                conn.execute("ALTER DATABASE faults SET synchronous_commit = on")
             self.redis.start()
         except BaseException:
             self.close()
