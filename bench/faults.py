@@ -613,6 +613,7 @@ def environment(services: Services, workdir: Path, args, queue: str = "database"
         "ANKUSA_QUEUE_BACKENDS": "",
         "ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S": str(args.visibility),
         "ANKUSA_DISPATCH_INTERVAL_S": str(args.interval),
+        "ANKUSA_CONNECTOR_ALLOWED_NETWORKS": "127.0.0.0/8",  # the counting receiver is on loopback
         **TIMINGS,
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
