@@ -210,7 +210,13 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,  # write-only secrets appear in requests, never in responses
-    "ENUM_NAME_OVERRIDES": {"OutlookEnum": "commands.retry.Outlook"},
+    # Two choice sets share the name skip_reason: the stored reason, and the wider "why it waits"
+    # that the list filters by (after-fix, resend-pending, none besides the stored ones).
+    "ENUM_NAME_OVERRIDES": {
+        "OutlookEnum": "commands.retry.Outlook",
+        "SkipReasonEnum": "commands.retry.SkipReason",
+        "WaitsForEnum": "commands.api.WAIT_CHOICES",
+    },
     # Every operation also declares the JSON errors any of them may answer (400/401/403/404/415).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
