@@ -48,7 +48,7 @@ from django.utils import timezone
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
-from commands import adapters, retry
+from commands import adapters, heartbeat, retry
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -981,6 +981,7 @@ def run_round(dispatcher: Dispatcher, *, max_seconds: float | None = None) -> Ro
     the sweep in a thread of its own, so the drain sends what each sweep batch has queued (and
     committed) while the sweep decides on the next, instead of waiting for the whole sweep."""
     started = time.monotonic()
+    heartbeat.beat("loop")  # the dashboard's "is the loop alive"
     recovered = recover(queue=dispatcher.queue)
     swept: list[SweepSummary] = []
     failed: list[BaseException] = []

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.cache import caches
 from django.db import transaction
 
-from commands import dispatch, retention
+from commands import dispatch, heartbeat, retention
 from commands.adapters.http import longest_send_s
 
 
@@ -30,6 +30,7 @@ def consume_after_commit() -> None:
 
 @shared_task(name="commands.sweep")
 def sweep() -> dict:
+    heartbeat.beat("celery")  # once per beat interval: the dashboard's "is the loop alive"
     summary = dispatch.sweep()
     if summary.taken:
         consume_after_commit()
