@@ -31,13 +31,15 @@ RECENT = timedelta(hours=24)
 WAITING_STATES = (State.APPROVED.value, State.QUEUED.value)
 
 
-def _capped_count(states: tuple[str, ...]) -> RawSQL:
-    # COUNT over a LIMITed sub-select: the count stops reading at CAP + 1 index entries.
+def _capped_count(states: tuple[str, ...], order: str) -> RawSQL:
+    # COUNT over a LIMITed sub-select: the count stops reading at CAP + 1 index entries. ``order``
+    # is the partial index's own order, so the planner reads that index (a plain LIMIT may make it
+    # prefer scanning the table, when most commands match the state).
     table = Command._meta.db_table
     marks = ", ".join(["%s"] * len(states))
     return RawSQL(
         f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} c WHERE c.connector_id = commands_connector.id "
-        f"AND c.state IN ({marks}) LIMIT {CAP + 1}) capped",
+        f"AND c.state IN ({marks}) ORDER BY {order} LIMIT {CAP + 1}) capped",
         states,
     )
 
@@ -49,8 +51,8 @@ def annotate(queryset):
         "-state_changed_at"
     )
     return queryset.annotate(
-        failing=_capped_count((State.FAILED.value,)),
-        waiting=_capped_count(WAITING_STATES),
+        failing=_capped_count((State.FAILED.value,), "c.state_changed_at DESC"),  # connector_failed_idx
+        waiting=_capped_count(WAITING_STATES, "c.connector_id"),  # connector_waiting_idx
         last_error_class=Subquery(newest_failed.values("last_error_class")[:1]),
         last_error=Subquery(newest_failed.values("last_error")[:1]),
         last_failed_at=Subquery(newest_failed.values("state_changed_at")[:1]),
