@@ -29,33 +29,50 @@ def drop_payload_index(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('commands', '0008_mask_secrets_in_answers'),
+        ("commands", "0008_mask_secrets_in_answers"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DispatcherHeartbeat',
+            name="DispatcherHeartbeat",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='host:pid of the process.', max_length=200, unique=True)),
-                ('kind', models.CharField(choices=[('loop', 'dispatch loop'), ('celery', 'Celery worker')], max_length=8)),
-                ('started_at', models.DateTimeField(help_text='Its first round.')),
-                ('last_round_at', models.DateTimeField(db_index=True)),
-                ('rounds', models.PositiveBigIntegerField(default=1)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(help_text="host:pid of the process.", max_length=200, unique=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("loop", "dispatch loop"), ("celery", "Celery worker")], max_length=8
+                    ),
+                ),
+                ("started_at", models.DateTimeField(help_text="Its first round.")),
+                ("last_round_at", models.DateTimeField(db_index=True)),
+                ("rounds", models.PositiveBigIntegerField(default=1)),
             ],
             options={
-                'ordering': ['-last_round_at'],
+                "ordering": ["-last_round_at"],
             },
         ),
         migrations.AddIndex(
-            model_name='command',
-            index=models.Index(condition=models.Q(('state', 'failed')), fields=['connector', '-state_changed_at'], name='commands_connector_failed_idx'),
+            model_name="command",
+            index=models.Index(
+                condition=models.Q(("state", "failed")),
+                fields=["connector", "-state_changed_at"],
+                name="commands_connector_failed_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='command',
-            index=models.Index(condition=models.Q(('state__in', ['approved', 'queued'])), fields=['connector'], name='commands_connector_waiting_idx'),
+            model_name="command",
+            index=models.Index(
+                condition=models.Q(("state__in", ["approved", "queued"])),
+                fields=["connector"],
+                name="commands_connector_waiting_idx",
+            ),
         ),
         migrations.RunPython(create_payload_index, drop_payload_index),
     ]
