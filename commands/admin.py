@@ -9,9 +9,12 @@ saved. Deliveries and attempts are history.
 
 Commands: a state changes only through ``commands.actions`` (approve, resend, cancel, make a new
 command — ``admin_actions``), never through the form. The failed-command list (``FailedCommand``)
-says why each command waits and what to do (``admin_lists``); a command's page shows its attempts
-across resend copies, its payload, the connector to fix and the audit rows touching it. The audit
-list is read-only.
+says why each command waits and what to do (``admin_lists``); both command lists search through
+``commands.search``. A command's page offers the actions its dry run says can do something, each a
+button that posts its id to the command list's own action (so the same confirmation page, with
+the dry run, comes first), and shows its attempts across resend copies newest first, its payload,
+the connector to fix and the audit rows touching it. The connector list shows each connector at a
+glance (``commands.connector_glance``). The audit list is read-only; commands are never deleted.
 """
 
 from __future__ import annotations
