@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from django.db import connection
 from django.db.models import Max, Q, TextField
-from django.db.models.functions import Cast, Upper
-from django.db.models.lookups import Contains
+from django.db.models.functions import Cast
+from django.db.models.lookups import IContains
 from django.utils.text import smart_split, unescape_string_literal
 
 from ankusa_site.admin import parse_id
@@ -62,7 +62,8 @@ def terms(search: str) -> list[Term]:
 def payload_contains(term: str) -> Q:
     """The payload's JSON text holds ``term`` (any case): ``UPPER(payload::text) LIKE UPPER('%term%')``,
     the trigram index's own expression on PostgreSQL."""
-    condition = Q(Contains(Upper(Cast("payload", TextField())), term.upper()))
+    # Django's icontains: UPPER on both sides, in the database (Python's upper differs: "ß" → "SS").
+    condition = Q(IContains(Cast("payload", TextField()), term))
     if connection.vendor == "postgresql":
         return condition
     newest = Command.objects.aggregate(top=Max("pk"))["top"] or 0
