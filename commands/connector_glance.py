@@ -3,8 +3,9 @@
 * **failing**: its failed commands; **waiting**: its commands not sent yet (approved or queued).
   Each is counted up to ``CAP`` (a sub-select with ``LIMIT CAP + 1`` over a partial index,
   ``commands_connector_failed_idx`` / ``commands_connector_waiting_idx``), so a connector with
-  100,000 failed commands costs what one with 1,001 does; past it the list says "more than 1,000"
-  and links to the failed list, which counts further.
+  100,000 failed commands costs what one with 101 does, and a page of 100 connectors reads at most
+  10,100 index entries; past it the list says "more than 100" and links to the failed list, which
+  counts further.
 * **last error and when**: the error of its most recently failed command (the failed index, newest
   state change first: one row read).
 * **recent success rate**: of its attempts that finished in the last ``RECENT`` (the dashboard's
@@ -26,7 +27,8 @@ from django.db.models.expressions import RawSQL
 from commands.models import Attempt, Command
 from commands.states import State
 
-CAP = 1000
+# At a glance, "more than 100" says what 4,000 would; the linked list counts up to 10,000.
+CAP = 100
 RECENT = timedelta(hours=24)
 WAITING_STATES = (State.APPROVED.value, State.QUEUED.value)
 
