@@ -36,14 +36,18 @@ WAITING_STATES = (State.APPROVED.value, State.QUEUED.value)
 def _capped_count(states: tuple[str, ...], order: str) -> RawSQL:
     # COUNT over a LIMITed sub-select: the count stops reading at CAP + 1 index entries. ``order``
     # is the partial index's own order, so the planner reads that index (a plain LIMIT may make it
-    # prefer scanning the table, when most commands match the state).
+    # prefer scanning the table, when most commands match the state). The states are written as
+    # literals, not parameters: SQLite uses a partial index only when it can prove the query's
+    # condition implies the index's, which a bound parameter hides. They are our own constants.
+    assert all(state.isidentifier() for state in states), states
     table = Command._meta.db_table
-    # "= %s" for one state: SQLite's planner then takes the partial index, as for the ORM's queries.
-    state = "c.state = %s" if len(states) == 1 else f"c.state IN ({', '.join(['%s'] * len(states))})"
+    # One state as "=": SQLite does not read "IN ('failed')" as the index's "state = 'failed'".
+    literals = ", ".join(f"'{state}'" for state in states)
+    condition = f"c.state = {literals}" if len(states) == 1 else f"c.state IN ({literals})"
     return RawSQL(
         f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} c WHERE c.connector_id = commands_connector.id "
-        f"AND {state} ORDER BY {order} LIMIT {CAP + 1}) capped",
-        states,
+        f"AND {condition} ORDER BY {order} LIMIT {CAP + 1}) capped",
+        (),
     )
 
 
