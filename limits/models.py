@@ -144,7 +144,7 @@ class LimitOverride(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id}:{self.kind} {self.rate:g}/s burst {self.burst}"
+        return f"{self.tenant.slug}:{self.kind} {self.rate:g}/s burst {self.burst}"
 
     def clean(self):
         errors = _limit_errors({"rate": "rate", "burst": "burst"}, self.rate, self.burst)

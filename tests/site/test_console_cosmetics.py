@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from commands.models import Command, Connector, Source
 from commands.states import State
-from limits.models import Tenant
+from limits.models import LimitOverride, Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,12 @@ def test_favicon_is_an_icon(client):
 
 def test_objects_are_named_by_their_tenants_slug(connector):
     source = Source.objects.create(tenant=connector.tenant, slug="shop")
-    assert (str(connector), str(source)) == ("acme/crm-401", "acme/shop")
+    override = LimitOverride.objects.create(tenant=connector.tenant, kind="hooks", rate=1, burst=2)
+    assert (str(connector), str(source), str(override)) == (
+        "acme/crm-401",
+        "acme/shop",
+        "acme:hooks 1/s burst 2",
+    )
 
 
 def test_dates_read_one_way_with_their_zone_on_lists_and_pages(staff, connector):
