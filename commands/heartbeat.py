@@ -47,18 +47,22 @@ def beat(kind: str, now: datetime | None = None) -> None:
     now = now or timezone.now()
     name = process_name()
     try:
-        updated = DispatcherHeartbeat.objects.filter(name=name).update(
-            last_round_at=now, rounds=F("rounds") + 1, kind=kind
-        )
-        if updated:
-            return
-        try:
-            with transaction.atomic():
-                DispatcherHeartbeat.objects.create(name=name, kind=kind, started_at=now, last_round_at=now)
-        except IntegrityError:  # a process of the same name (a reused pid) wrote it meanwhile
-            DispatcherHeartbeat.objects.filter(name=name).update(last_round_at=now, kind=kind)
-        # Once per new process, not per round: the table holds a row per process ever seen.
-        DispatcherHeartbeat.objects.filter(last_round_at__lt=now - FORGOTTEN).delete()
+        # A savepoint: a beat that fails never spoils a transaction its caller may have open.
+        with transaction.atomic():
+            updated = DispatcherHeartbeat.objects.filter(name=name).update(
+                last_round_at=now, rounds=F("rounds") + 1, kind=kind
+            )
+            if updated:
+                return
+            try:
+                with transaction.atomic():
+                    DispatcherHeartbeat.objects.create(
+                        name=name, kind=kind, started_at=now, last_round_at=now
+                    )
+            except IntegrityError:  # a process of the same name (a reused pid) wrote it meanwhile
+                DispatcherHeartbeat.objects.filter(name=name).update(last_round_at=now, kind=kind)
+            # Once per new process, not per round: the table holds a row per process ever seen.
+            DispatcherHeartbeat.objects.filter(last_round_at__lt=now - FORGOTTEN).delete()
     except Exception:  # noqa: BLE001 - the round goes on; a missing beat shows on the dashboard
         logger.warning("dispatch heartbeat: not recorded", exc_info=True)
 

@@ -8,11 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 from django.conf import settings
-from django.db import connections
+from django.db import connection, connections
 from django.urls import reverse
 
 from commands import dispatch, heartbeat, tasks
 from commands.models import DispatcherHeartbeat
+from limits.models import Tenant
 from queues.fifo import get_queue
 from tests.commands.staff import login_as
 
@@ -51,6 +52,14 @@ def test_a_process_silent_for_a_week_is_forgotten_by_the_next_new_one(db):
     assert sorted(DispatcherHeartbeat.objects.values_list("name", flat=True)) == sorted(
         ["recent:2", heartbeat.process_name()]
     )
+
+
+def test_a_beat_that_cannot_be_written_is_logged_and_spoils_nothing(db, caplog):
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE {DispatcherHeartbeat._meta.db_table}")  # undone with the test
+    heartbeat.beat("loop", now=T0)  # no exception
+    assert "dispatch heartbeat: not recorded" in caplog.text
+    assert Tenant.objects.count() == 0  # the test's transaction still answers (PostgreSQL too)
 
 
 @pytest.mark.django_db(transaction=True)
