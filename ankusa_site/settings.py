@@ -172,6 +172,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One way to write a time in the console, with its zone: 2026-12-01 13:28:01 UTC.
+FORMAT_MODULE_PATH = ["ankusa_site.formats"]
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"

@@ -59,7 +59,7 @@ from django.utils import timezone
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
-from commands import adapters, retry, spool
+from commands import adapters, heartbeat, retry, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -1307,6 +1307,7 @@ def run_round(
     drain sends what each sweep batch has queued (and committed) while the sweep decides on the
     next, instead of waiting for the whole sweep."""
     started = time.monotonic()
+    heartbeat.beat("loop")  # the dashboard's "is the loop alive"
     replay_spool(dispatcher.queue)  # before recovery, which would take the spooled sends for lost
     recovered = recover(queue=dispatcher.queue, pending=dispatcher.pending_commands()) if recovering else None
     swept: list[SweepSummary] = []

@@ -193,7 +193,7 @@ class Connector(FixedOnceCreated, models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id}/{self.name}"
+        return f"{self.tenant.slug}/{self.name}"  # lists select the tenant with it
 
     def clean(self) -> None:
         # The secret and the URL are checked here rather than by field validators, which would need
@@ -304,7 +304,7 @@ class Source(FixedOnceCreated, models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id}/{self.slug}"
+        return f"{self.tenant.slug}/{self.slug}"  # lists select the tenant with it
 
     @property
     def initial_state(self) -> State:
@@ -408,7 +408,7 @@ class Delivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"delivery {self.pk} ({self.source_id}: {self.event_key or 'no key'})"
+        return f"delivery {self.pk} ({self.source.slug}: {self.event_key or 'no key'})"
 
 
 class CommandQuerySet(models.QuerySet):
@@ -556,6 +556,19 @@ class Command(models.Model):
                 name="commands_connector_fix_idx",
                 condition=Q(state=State.FAILED),
             ),
+            # The connector list: each connector's failed commands (a capped count) and its latest
+            # failure (last error and when), read newest first.
+            models.Index(
+                fields=["connector", "-state_changed_at"],
+                name="commands_connector_failed_idx",
+                condition=Q(state=State.FAILED),
+            ),
+            # The connector list: each connector's commands not sent yet (a capped count).
+            models.Index(
+                fields=["connector"],
+                name="commands_connector_waiting_idx",
+                condition=Q(state__in=[State.APPROVED, State.QUEUED]),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -635,3 +648,24 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.username} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class DispatcherHeartbeat(models.Model):
+    """One dispatch process (a ``manage.py dispatch`` loop or a Celery worker process) and the last
+    round it ran: written by ``commands.heartbeat.beat``, read by the dashboard."""
+
+    class Kind(models.TextChoices):
+        LOOP = "loop", "dispatch loop"
+        CELERY = "celery", "Celery worker"
+
+    name = models.CharField(max_length=200, unique=True, help_text="host:pid of the process.")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    started_at = models.DateTimeField(help_text="Its first round.")
+    last_round_at = models.DateTimeField(db_index=True)
+    rounds = models.PositiveBigIntegerField(default=1)
+
+    class Meta:
+        ordering = ["-last_round_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.name}"

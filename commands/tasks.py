@@ -21,7 +21,7 @@ from django.core.cache import caches
 from django.db import transaction
 from redis.exceptions import LockNotOwnedError
 
-from commands import dispatch, retention
+from commands import dispatch, heartbeat, retention
 
 
 def consume_after_commit() -> None:
@@ -31,6 +31,7 @@ def consume_after_commit() -> None:
 
 @shared_task(name="commands.sweep")
 def sweep() -> dict:
+    heartbeat.beat("celery")  # once per beat interval: the dashboard's "is the loop alive"
     summary = dispatch.sweep()
     if summary.taken:
         consume_after_commit()
