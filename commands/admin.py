@@ -88,6 +88,19 @@ class ConnectorChangeList(GuardedChangeList):
             connector.recent = rates.get(connector.pk)
 
 
+class DeletableWhileUnused:
+    """No delete button for a row its history still points at (commands and deliveries protect
+    their connector and source): Django's delete page would list every protecting row, then refuse.
+    The bulk delete stays, for unused rows; it refuses used ones the same way."""
+
+    protected_by: tuple[str, ...] = ()
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if obj is not None and any(getattr(obj, name).exists() for name in self.protected_by):
+            return False
+        return super().has_delete_permission(request, obj)
+
+
 def failed_list_url(**filters) -> str:
     return reverse("admin:commands_failedcommand_changelist") + "?" + urlencode(filters)
 
@@ -177,11 +190,12 @@ class ConnectorForm(forms.ModelForm):
 
 
 @admin.register(Connector)
-class ConnectorAdmin(ConnectorGlance, ModelAdmin):
+class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
     """Connectors, each with how it has been doing (``connector_glance``): a few annotations and one
     query per page, whatever the number of commands."""
 
     form = ConnectorForm
+    protected_by = ("commands",)
     list_display = [
         "name",
         "tenant",
@@ -295,8 +309,9 @@ class SourceForm(forms.ModelForm):
 
 
 @admin.register(Source)
-class SourceAdmin(ModelAdmin):
+class SourceAdmin(DeletableWhileUnused, ModelAdmin):
     form = SourceForm
+    protected_by = ("commands", "deliveries")
     list_display = ["slug", "tenant", "verifier", "secrets_set", "dedupe_key", "needs_approval"]
     list_filter = ["verifier", "needs_approval"]
     list_select_related = ["tenant"]

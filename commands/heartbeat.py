@@ -11,7 +11,8 @@ and a warning when none has run a round for ``2 × ANKUSA_DISPATCH_POLL_S + ANKU
 (a round is due every interval; twice the poll period is the slack of one late round start).
 
 What it does not guarantee: that the process is still running right now (a row is only as fresh as
-its last round), or that a round did useful work (it ran; its summary is in the process's log).
+its last round's start: one round longer than the limit, draining a large backlog, reads as a
+stale loop until it ends), or that a round did useful work (its summary is in the process's log).
 Rows of processes gone for longer than ``FORGOTTEN`` are deleted by the next beat.
 """
 
@@ -90,7 +91,8 @@ class Status:
             )
         return (
             f"No dispatch process has run a round for more than {limit}: nothing is sent until one "
-            "runs again. Check the `manage.py dispatch` process (or Celery beat and its workers)."
+            "runs again — unless one round is taking that long (a large backlog; its log says so). "
+            "Check the `manage.py dispatch` process (or Celery beat and its workers)."
         )
 
 

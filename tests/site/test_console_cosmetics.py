@@ -125,3 +125,16 @@ def test_a_user_is_still_found_by_the_token_forms_autocomplete(staff):
     )
     assert response.status_code == 200
     assert [r["text"] for r in response.json()["results"]] == ["ops-jane"]
+
+
+def test_a_connector_or_source_with_history_has_no_delete_button_and_unused_ones_have(staff, connector):
+    source = Source.objects.create(tenant=connector.tenant, slug="shop")
+    spare = Connector.objects.create(tenant=connector.tenant, name="spare", kind="log")
+    spare_source = Source.objects.create(tenant=connector.tenant, slug="spare")
+    Command.objects.create(tenant=connector.tenant, connector=connector, source=source)
+    for name, used, unused in (("connector", connector, spare), ("source", source, spare_source)):
+        used_page = staff.get(reverse(f"admin:commands_{name}_change", args=[used.pk])).content.decode()
+        assert "deletelink" not in used_page
+        assert staff.get(reverse(f"admin:commands_{name}_delete", args=[used.pk])).status_code == 403
+        unused_page = staff.get(reverse(f"admin:commands_{name}_change", args=[unused.pk])).content.decode()
+        assert "deletelink" in unused_page
