@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from django.utils.html import escape
 
-from commands.explain import SKIP_REASONS
+from commands.explain import SKIP_REASONS, explain
 from tests.commands.staff import make_failed
 
 
@@ -18,15 +19,15 @@ def staff(admin_client):
 @pytest.mark.parametrize("model", ["command", "failedcommand"])
 def test_each_reason_is_explained_once_above_the_list(staff, make_connector, model):
     connector = make_connector(url="http://127.0.0.1:9/")
-    for _ in range(3):
-        make_failed(connector, outlook="after-fix", reason="backing-off")
+    commands = [make_failed(connector, outlook="after-fix", reason="backing-off") for _ in range(3)]
     html = staff.get(reverse(f"admin:commands_{model}_changelist")).content.decode()
     legend = html.split('id="ankusa-legend"')[1].split("</details>")[0]
     for explanation in SKIP_REASONS.values():
         assert legend.count(f"{explanation.meaning} — <strong>{explanation.todo}</strong>") == 1
-    after_fix = SKIP_REASONS["after-fix"]
-    # Three rows, three tooltips; the sentence itself is hidden in rows by the list's style.
-    assert html.count(f'title="{after_fix.line()}"') == 3
+    # Each row's badge carries its own line (the reason, the next event and when) as a tooltip; the
+    # sentence itself is hidden in rows by the list's style.
+    for command in commands:
+        assert f'title="{escape(explain(command).line())}"' in html
     assert "#result_list .ankusa-why { display: none; }" in html
 
 
