@@ -18,6 +18,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ankusa_site import stock
 from ankusa_site.env import (
     env_bool,
     env_choice,
@@ -125,8 +126,13 @@ TEMPLATES = [
     },
 ]
 
+# Which fast paths run Django's stock way instead (ankusa_site.stock): none by default.
+ANKUSA_STOCK_DJANGO = stock.parse(env_str("ANKUSA_STOCK_DJANGO", "0"))
 DATABASES = {
-    "default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ankusa.sqlite3'}", base_dir=BASE_DIR),
+    "default": stock.stock_engine(
+        env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ankusa.sqlite3'}", base_dir=BASE_DIR),
+        ANKUSA_STOCK_DJANGO,
+    ),
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):

@@ -13,7 +13,8 @@ submission (``commands.intake_api``) — to turn an authenticated request into s
    state, attempt number and payload as ``commands.dispatch.sweep``), so they are dispatched
    without waiting for a sweep. ``draft`` commands (a source that needs approval) are not queued.
    On PostgreSQL with the database queue the three writes are one statement that commits by
-   itself (one round trip); elsewhere, three statements in a transaction;
+   itself (one round trip); elsewhere, or with ``ANKUSA_STOCK_DJANGO=sql``, three statements in a
+   transaction;
 3. **after the commit**, the claim is settled as committed with the stored row's id, and only then
    is 202 answered. A failed write releases the claim and answers 503 + ``Retry-After: 1``, whose
    text says only what is known: "nothing was stored" when the write certainly did not commit
@@ -60,13 +61,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import JSONField
+from django.db.models import JSONField, Value
 from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail
 from ankusa_site.prepared import execute_prepared
+from ankusa_site.stock import stock
 from commands import dispatch
 from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
@@ -291,7 +293,12 @@ def _store(arrival: Arrival, now: datetime, committed: list, write: _Write) -> t
     born = [_birth(state, idempotent, now) for _, idempotent in arrival.connectors]
     _connect()
     write.connected = True
-    if connection.vendor == "postgresql" and queue.backend == "database" and queue.using == connection.alias:
+    if (
+        connection.vendor == "postgresql"
+        and queue.backend == "database"
+        and queue.using == connection.alias
+        and not stock("sql")  # ANKUSA_STOCK_DJANGO: the ORM's writes below are the reference
+    ):
         return _store_in_one_statement(arrival, born, now, queue, committed, write)
     delivery = None
     if arrival.is_webhook:
@@ -494,6 +501,14 @@ def insert(objects: list) -> None:
     the 2-core machine). PostgreSQL and SQLite (3.35+) both return the ids in the order inserted.
     """
     if not objects:
+        return
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's own, which this stands for
+        model = type(objects[0])
+        for obj in objects:  # a JSON ``null`` document, not SQL's NULL (see _db_value)
+            for f in model._meta.concrete_fields:
+                if isinstance(f, JSONField) and not f.null and getattr(obj, f.attname) is None:
+                    setattr(obj, f.attname, Value(None, JSONField()))
+        model.objects.bulk_create(objects)
         return
     fields, sql = _insert_statement(type(objects[0]), len(objects), connection.vendor)
     params = [_db_value(field, getattr(obj, field.attname)) for obj in objects for field in fields]
