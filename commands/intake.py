@@ -15,8 +15,11 @@ submission (``commands.intake_api``) — to turn an authenticated request into s
    On PostgreSQL with the database queue the three writes are one statement that commits by
    itself (one round trip); elsewhere, or with ``ANKUSA_STOCK_DJANGO=sql``, three statements in a
    transaction;
-3. **after the commit**, the claim is settled as committed with the stored row's id, and only then
-   is 202 answered. A failed write releases the claim and answers 503 + ``Retry-After: 1``, whose
+3. **after the commit**, 202 is answered and the claim is settled as committed with the stored
+   row's id: with the fleet store after the answer, many requests' settles of a process in one
+   round trip (``limits.store.settling``), retried until they land; with the node's own store at
+   once. Until it lands the claim is pending, so a duplicate meanwhile is answered 409 and its
+   retry 200 — never a 2xx before the commit. A failed write releases the claim and answers 503 + ``Retry-After: 1``, whose
    text says only what is known: "nothing was stored" when the write certainly did not commit
    (the database could not be reached, or refused it with an error of its own), and "the outcome
    is unknown" when the connection broke after the write that commits was sent — the server may
@@ -224,9 +227,9 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
         # memory, or the claim expired). Answer with the stored original, if it can be read.
         original = _stored_original(arrival)
         if original is None:
-            _settle(claim, committed=False)
+            _settle(claim, store, committed=False)
             return Unavailable("the database refused it", headers)
-        _settle(claim, committed=True, record_id=original)
+        _settle(claim, store, committed=True, record_id=original)
         return Duplicated(original, headers)
     except Exception as exc:
         if committed:
@@ -237,7 +240,7 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
         else:
             # Released even when the write may be stored: a retry then inserts again, and the
             # unique constraint answers it as a duplicate of the stored row.
-            _settle(claim, committed=False)
+            _settle(claim, store, committed=False)
             if write.sent and not _refused_by_database(exc):
                 _log_failure("intake_outcome_unknown", arrival, exc, logging.ERROR)
                 return Unknown(arrival.dedupe_key is not None, arrival.is_webhook, headers)
@@ -246,7 +249,7 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
                 "the database did not store it" if write.connected else "the database could not be reached"
             )
             return Unavailable(reason, headers)
-    _settle(claim, committed=True, record_id=record_id)
+    _settle(claim, store, committed=True, record_id=record_id)
     return Accepted(record_id, commands, headers)
 
 
@@ -578,9 +581,9 @@ def _stored_original(arrival: Arrival) -> int | None:
         return None
 
 
-def _settle(claim, *, committed: bool, record_id: int | None = None) -> None:
-    if claim is not None:
-        admission.settle(claim, committed, command_id=record_id)
+def _settle(claim, store: Store | None, *, committed: bool, record_id: int | None = None) -> None:
+    if claim is not None:  # after the answer when the store's settle is a round trip (fleet)
+        admission.settle_after_answer(claim, committed, command_id=record_id, store=store)
 
 
 # --- what both endpoints share at the HTTP level ------------------------------------------------

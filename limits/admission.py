@@ -5,8 +5,9 @@
     claim = admission.new_claim(tenant, source_id, event_key, command_id)   # or None: no dedupe
     decision = admission.admit(tenant, len(body), claim)
     match decision.result:
-        case Ok():              store the command; admission.settle(claim, committed=<did it commit>)
-                                (a settle the store misses is retried in the background)
+        case Ok():              store the command; admission.settle_after_answer(claim, committed=…)
+                                (with a store whose settle is a round trip, it is made after the
+                                answer, batched; a settle the store misses is retried)
         case Duplicate(id):     200 with the original id
         case Pending(ms):       409 + Retry-After
         case RateLimited(ms):   429 + Retry-After
@@ -179,3 +180,17 @@ def settle(
             reason="no longer held by this token",
         )
     return answer is True
+
+
+def settle_after_answer(
+    claim: Claim, committed: bool, *, command_id: str | int | None = None, store: Store | None = None
+) -> None:
+    """``settle``, off the request path when the store's settle costs a round trip
+    (``settles_after_answer``): handed to this process's settler (``limits.store.settling``), which
+    lands it with others in one round trip, after the answer. The claim stays pending until then, so
+    a duplicate meanwhile is answered 409 ``in_flight``, never 2xx. Other stores settle here."""
+    store = store or get_store()
+    if not store.settles_after_answer:
+        settle(claim, committed, command_id=command_id, store=store)
+        return
+    settling.RETRIER.add(store, claim, committed, None if command_id is None else str(command_id))

@@ -1,32 +1,46 @@
-"""Settles that missed the store's budget, retried off the request path until they land.
+"""Settles off the request path: this process's one thread that lands them, batched, retried.
 
-A settle that times out (Redis slow or gone, or the fleet store's breaker open) leaves its claim
-pending: a provider's retry of a committed event is answered 409 ``in_flight`` instead of 200
-duplicate, and a released key stays blocked, each for the rest of the claim's pending TTL.
-``limits.admission.settle`` hands such a settle to this process's ``SettleRetrier``, whose one
-thread tries it again with a budget of ``BUDGET_MS`` (larger than a request's: nobody waits on
-it), until the store answers — True, settled; False, no longer held by this token (expired or
-taken over): nothing is left to do either way — or until the claim's pending TTL has passed
-since it was handed over, when the claim has expired by itself and a commit cannot land any more.
+Two kinds of settle come here, and go the same way:
 
-Settles are tried in the order they came; one that fails goes to the back. A failure pauses them
-all for a backoff that starts at ``FIRST_DELAY_S`` and doubles up to ``MAX_DELAY_S`` (the next
-failure will likely be the same outage; each try against a frozen Redis costs its whole budget),
-and an answer resets it.
+* **after the answer** — with a store whose settle costs a round trip (``settles_after_answer``:
+  the fleet store), the intake answers 202 once the hook is committed and hands the claim's
+  commit here (``limits.admission.settle_after_answer``) instead of waiting on Redis. The claim
+  stays *pending* until it lands (seed ``Ankusa.RateLimiter.Store``: pending until durable — it is
+  durable already, so only the order of the answer and the settle changed): a duplicate in that
+  window is answered 409 ``in_flight`` and its retry 200, never a 2xx for a hook nobody stored;
+* **missed the budget** — a settle made on the request path that timed out (Redis slow or gone,
+  or the fleet store's breaker open), which would otherwise leave its claim pending: a committed
+  event's retries answered 409 instead of 200, and a released key blocked, each for the rest of
+  the claim's pending TTL.
+
+The thread takes what waits, in the order it came, up to ``BATCH`` at a time, and settles them in
+one call (``Store.settle_many``: one pipelined round trip to Redis), with a budget of ``BUDGET_MS``
+(larger than a request's: nobody waits on it). Under load many requests' settles share a round
+trip; idle, a settle goes as soon as it comes (no waiting to fill a batch). Each answer ends its
+settle — True, settled; False, no longer held by this token (expired or taken over): nothing is
+left to do either way. An ``Error`` sends it to the back, to be tried again until the claim's
+pending TTL has passed since it was handed over, when the claim has expired by itself and a commit
+cannot land any more (the database's unique constraint still refuses a second copy: a duplicate
+is then answered 200 from the stored row). A failure pauses them all for a backoff that starts at
+``FIRST_DELAY_S`` and doubles up to ``MAX_DELAY_S`` (the next failure will likely be the same
+outage; each try against a frozen Redis costs its whole budget), and an answer resets it.
 
 Bounded: at most ``capacity`` settles wait (a claim is a few hundred bytes); one more is dropped and
-logged, and its claim expires by itself, as it did before this existed. Thread-safe: any thread
-adds, one thread works; it starts with the first settle of each process (a forked worker starts
-its own). It survives an outage: a store answers failure as a value, and anything one raises is
-logged and treated as a failure.
+logged, and its claim expires by itself. Thread-safe: any thread adds, one thread works; it starts
+with the first settle of each process (a forked worker starts its own). It survives an outage: a
+store answers failure as a value, and anything one raises is logged and treated as a failure. At
+the process's normal exit what waits gets one last try (``flush``).
 
-Not guaranteed: a settle still waiting when its process exits is lost (its claim then expires
-after the pending TTL, as without the retrier).
+Not guaranteed: a settle still waiting when its process dies is lost (its claim then stays
+pending, and duplicates are answered 409, until the pending TTL ends; then the database's unique
+constraint answers them as duplicates).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
+import itertools
 import logging
 import os
 import threading
@@ -35,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ankusa_site.logs import log_event
-from limits.store.base import Claim, Error, Store
+from limits.store.base import Claim, Error, Settle, Store
 
 logger = logging.getLogger("ankusa.limits")
 
@@ -45,6 +59,9 @@ BUDGET_MS = 250
 FIRST_DELAY_S = 0.05
 MAX_DELAY_S = 1.0
 CAPACITY = 10_000
+# Settles per round trip: enough that a busy process's settles of one moment go together, few
+# enough that one call's reply stays small (a settle's reply is an integer).
+BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,7 @@ class _Settle:
     command_id: str | None
     give_up_at: float
     added_at: float
+    retried: bool  # handed over after a miss (logged as it lands), not after the answer
 
 
 class SettleRetrier:
@@ -84,25 +102,32 @@ class SettleRetrier:
         self._resume_at = 0.0
         self._started = False
 
-    def add(self, store: Store, claim: Claim, committed: bool, command_id: str | None, reason: str) -> bool:
-        """Retry this settle until it lands; False when ``capacity`` settles wait already."""
+    def add(
+        self, store: Store, claim: Claim, committed: bool, command_id: str | None, reason: str | None = None
+    ) -> bool:
+        """Settle this claim off the request path, until it lands; False when ``capacity`` settles
+        wait already. ``reason``: why a settle made on the request path missed (logged); None for
+        a settle after the answer."""
         now = self.clock()
         with self._turn:
             full = len(self._waiting) >= self.capacity
             if not full:
                 give_up_at = now + claim.pending_ttl_ms / 1000
-                self._waiting.append(_Settle(store, claim, committed, command_id, give_up_at, now))
+                self._waiting.append(
+                    _Settle(store, claim, committed, command_id, give_up_at, now, reason is not None)
+                )
                 if self.background and not self._started:
                     self._started = True
                     threading.Thread(target=self._work, name="claim-settles", daemon=True).start()
                 self._turn.notify()
-        _log(
-            "claim_settle_dropped" if full else "claim_settle_retrying",
-            logging.WARNING,
-            claim,
-            committed,
-            reason=reason,
-        )
+        if full or reason is not None:
+            _log(
+                "claim_settle_dropped" if full else "claim_settle_retrying",
+                logging.WARNING,
+                claim,
+                committed,
+                reason=reason or "after the answer",
+            )
         return not full
 
     def pending(self) -> int:
@@ -110,38 +135,59 @@ class SettleRetrier:
             return len(self._waiting)
 
     def run_once(self) -> bool:
-        """Give up the settles whose claims have expired, then try the others in order until one
-        fails; whether none is left waiting."""
+        """Give up the settles whose claims have expired, then settle the others, a batch (of one
+        store) per call, in order, until a call fails; whether none is left waiting."""
         self._give_up_expired(self.clock())
         while True:
             with self._turn:
                 if not self._waiting:
                     return True
-                settle = self._waiting[0]  # only this thread takes from the left
-            if self.clock() >= settle.give_up_at:
-                self._done(answered=False)
-                _log("claim_settle_given_up", logging.WARNING, settle.claim, settle.committed)
-                continue
+                # Only this thread takes from the left: what it reads here stays at the front.
+                batch = list(itertools.islice(self._waiting, BATCH))
+            store = batch[0].store
+            batch = list(itertools.takewhile(lambda one, store=store: one.store is store, batch))
             try:
-                answer = settle.store.settle(
-                    settle.claim, settle.committed, self.budget_ms, command_id=settle.command_id
+                answers = store.settle_many(
+                    [Settle(one.claim, one.committed, one.command_id) for one in batch], self.budget_ms
                 )
             except Exception as exc:  # a store should not raise; if one does, this thread lives on
-                answer = Error(f"{type(exc).__name__}: {exc}"[:200])
-            if isinstance(answer, Error):
-                with self._turn:
-                    self._waiting.rotate(-1)  # to the back: one dead store holds up no other
+                answers = [Error(f"{type(exc).__name__}: {exc}"[:200])] * len(batch)
+            failed = [one for one, answer in zip(batch, answers, strict=True) if isinstance(answer, Error)]
+            with self._turn:
+                for _ in batch:
+                    self._waiting.popleft()
+                self._waiting.extend(failed)  # to the back: one dead store holds up no other
+                if failed:
                     self._delay = min(max(2 * self._delay, FIRST_DELAY_S), MAX_DELAY_S)
                     self._resume_at = self.clock() + self._delay
+                else:  # the store answers again: no more backoff
+                    self._delay = 0.0
+            for one, answer in zip(batch, answers, strict=True):
+                if one.retried and not isinstance(answer, Error):
+                    _log(
+                        "claim_settle_landed" if answer else "claim_settle_moot",
+                        logging.INFO,
+                        one.claim,
+                        one.committed,
+                        after_ms=round((self.clock() - one.added_at) * 1000),
+                    )
+                elif answer is False:  # after the answer: the claim expired before it landed
+                    _log("claim_settle_moot", logging.WARNING, one.claim, one.committed)
+            if failed:
                 return False
-            self._done(answered=True)
-            _log(
-                "claim_settle_landed" if answer else "claim_settle_moot",
-                logging.INFO,
-                settle.claim,
-                settle.committed,
-                after_ms=round((self.clock() - settle.added_at) * 1000),
-            )
+
+    def flush(self, timeout_s: float = 1.0) -> bool:
+        """What waits now, tried for up to ``timeout_s`` (a process's normal exit); whether none is
+        left. With the thread running it waits for the thread, which does the work."""
+        with self._turn:
+            started = self._started
+        if not started:
+            return self.run_once()
+        deadline = time.monotonic() + timeout_s
+        with self._turn:
+            while self._waiting and time.monotonic() < deadline:
+                self._turn.wait(0.01)
+            return not self._waiting
 
     def _give_up_expired(self, now: float) -> None:
         """Drop every settle whose claim has expired (during an outage only the first in line is
@@ -152,12 +198,6 @@ class SettleRetrier:
                 self._waiting = collections.deque(s for s in self._waiting if now < s.give_up_at)
         for settle in expired:
             _log("claim_settle_given_up", logging.WARNING, settle.claim, settle.committed)
-
-    def _done(self, *, answered: bool) -> None:
-        with self._turn:
-            self._waiting.popleft()
-            if answered:  # the store answers again: no more backoff
-                self._delay = 0.0
 
     def _work(self) -> None:
         while True:
@@ -190,3 +230,4 @@ def _log(event: str, level: int, claim: Claim, committed: bool, **fields) -> Non
 
 RETRIER = SettleRetrier()
 os.register_at_fork(after_in_child=RETRIER.forget)
+atexit.register(RETRIER.flush)
