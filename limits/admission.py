@@ -188,9 +188,10 @@ def settle_after_answer(
     """``settle``, off the request path when the store's settle costs a round trip
     (``settles_after_answer``): handed to this process's settler (``limits.store.settling``), which
     lands it with others in one round trip, after the answer. The claim stays pending until then, so
-    a duplicate meanwhile is answered 409 ``in_flight``, never 2xx. Other stores settle here."""
+    a duplicate meanwhile is answered 409 ``in_flight``, never 2xx. Other stores (and
+    ``ANKUSA_SETTLE_AFTER_ANSWER=0``) settle here, before the answer."""
     store = store or get_store()
-    if not store.settles_after_answer:
+    if not (store.settles_after_answer and settings.ANKUSA_SETTLE_AFTER_ANSWER):
         settle(claim, committed, command_id=command_id, store=store)
         return
     settling.RETRIER.add(store, claim, committed, None if command_id is None else str(command_id))

@@ -53,6 +53,22 @@ def test_a_duplicate_between_the_answer_and_the_settle_is_409_and_its_retry_200(
     assert Delivery.objects.count() == 1
 
 
+def test_with_settle_after_answer_off_the_claim_is_committed_before_the_202(
+    hook_source, post_hook, fleet_held_settles, redis_client, settings
+):
+    settings.ANKUSA_SETTLE_AFTER_ANSWER = False
+    first = post_hook(delivery="evt-1")
+    assert first.status_code == 202
+    assert fleet_held_settles.pending() == 0
+    [claim_key] = redis_client.keys("ankusa:{acme}:claim:*")
+    assert redis_client.get(claim_key).startswith(b"c|")
+    duplicate = post_hook(delivery="evt-1")
+    assert (duplicate.status_code, duplicate.json()) == (
+        200,
+        {"status": "duplicate", "id": first.json()["id"]},
+    )
+
+
 def test_the_settles_of_many_answered_hooks_land_together_in_one_round_trip(
     hook_source,
     post_hook,
