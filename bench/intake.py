@@ -20,7 +20,25 @@ length (``--seconds``, 3 by default; ``--rounds`` of each, 6) and keeping each k
 own ``X-GitHub-Delivery``: verified, admitted (quota + claim), stored as a delivery with one command,
 queued, the claim settled.
 
+On the same server, in the same rounds, a third kind: the same signed webhooks to the receiver a
+Django team would write without Ankusa (``bench/obvious_django.py``: DRF, django-ratelimit on the
+same Redis, ``get_or_create`` and the ORM in one transaction). And beside the site's server, one
+gunicorn per variant, driven with the same webhooks in each round: ``ANKUSA_STOCK_DJANGO`` for
+every value of ``--stock`` (by default ``all``, then each layer alone: ``handler``, ``prepared``,
+``sql``, ``backend``), and, with the fleet store, ``ANKUSA_SETTLE_AFTER_ANSWER=0`` (the claim
+settled before the answer, one round trip per webhook).
+
 Figures (the JSON line at the end):
+
+* ``intake_vs_obvious_django`` (and ``_sqlite``) — accepted webhooks/s, ours ÷ the obvious
+  receiver's, best rounds (target ≥ 2.0); ``_paired``: the median of the same within each round;
+  ``obvious_vs_bare_view``: the peer's own ratio to the bare view;
+* for each variant (``stock``, ``stock_handler`` … ``settle_in_request``): ``intake_vs_bare_view_<v>``,
+  ``p50_ms_<v>``, ``p99_ms_<v>`` and ``<v>_buys`` — the site's accepted webhooks/s ÷ the variant's:
+  what the fast path (or settling after the answer) buys, above 1 when it buys anything;
+* ``..._worker_cpu`` beside those: the same comparison made with the gunicorn workers' own CPU
+  per webhook (median over rounds; the other's ÷ ours, above 1 when ours costs less) — on a shared
+  machine throughput moves with the neighbours' load, a worker's CPU per request much less;
 
 * ``intake_vs_bare_view`` — accepted webhooks/s ÷ bare view requests/s, PostgreSQL + fleet store
   (target ≥ 0.35); ``intake_vs_bare_view_sqlite`` — the same on SQLite with the local store;
@@ -405,6 +423,7 @@ def measure(name: str, env: dict, args) -> dict:
         manage(env, "shell", "-c", ANALYZE)
         best: dict[str, dict] = {}
         accepted, statuses, paired = [], Counter(), {"bare": [], "obvious": []}
+        worker_cpu: dict[str, list[float]] = {}
         for _ in range(args.rounds):
             bare, intake = one_round(servers["fast"], tenant, args)
             rounds = {"bare": bare, "intake": intake}
@@ -418,6 +437,8 @@ def measure(name: str, env: dict, args) -> dict:
                 if kind != "bare":
                     accepted += result["accepted"]
                     statuses += result["statuses"]
+                if result["cpu_ms"].get("workers"):
+                    worker_cpu.setdefault(kind, []).append(result["cpu_ms"]["workers"])
                 if kind not in best or result["per_s"] > best[kind]["per_s"]:
                     best[kind] = result
             print(
@@ -441,6 +462,9 @@ def measure(name: str, env: dict, args) -> dict:
         "answers": dict(statuses),
         "accepted_not_stored": check["missing"],
         "cpu_ms": {"bare": best["bare"]["cpu_ms"], "intake": best["intake"]["cpu_ms"]},
+        # The gunicorn workers' own CPU per request, median over rounds: unlike throughput, it
+        # hardly moves with what else the shared machine runs.
+        "worker_cpu_ms": {kind: statistics.median(ms) for kind, ms in worker_cpu.items()},
         "others": {
             kind: {"per_s": r["per_s"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
             for kind, r in best.items()
@@ -462,9 +486,14 @@ def peer_figures(result: dict | None, suffix: str) -> dict:
         f"intake_vs_obvious_django_paired{suffix}": round(result["paired_obvious"], 3),
         f"obvious_vs_bare_view{suffix}": round(others["obvious"]["per_s"] / result["bare_per_s"], 3),
     }
+    cpu = result["worker_cpu_ms"]
+    if cpu.get("intake") and cpu.get("obvious"):
+        figures[f"intake_vs_obvious_django_worker_cpu{suffix}"] = round(cpu["obvious"] / cpu["intake"], 3)
     for kind, other in others.items():
         if kind == "obvious":
             continue
+        if cpu.get("intake") and cpu.get(kind):
+            figures[f"{kind}_buys_worker_cpu{suffix}"] = round(cpu[kind] / cpu["intake"], 3)
         figures[f"intake_vs_bare_view_{kind}{suffix}"] = round(other["per_s"] / result["bare_per_s"], 3)
         figures[f"p50_ms_{kind}{suffix}"] = round(other["p50_ms"], 1)
         figures[f"p99_ms_{kind}{suffix}"] = round(other["p99_ms"], 1)
@@ -597,13 +626,17 @@ def main() -> None:
             f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f}  {r['answers']}"
         )
     print(
-        f"\n{'set-up':<10} {'receiver':<26} {'webhooks/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'ours ÷ it':>9}"
+        f"\n{'set-up':<10} {'receiver':<20} {'webhooks/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'ours ÷ it':>9}"
+        f" {'worker CPU ms':>13}"
     )
     for name, r in results.items():
+        cpu = r["worker_cpu_ms"]
+        print(f"{name:<10} {'intake (ours)':<20} {r['intake_per_s']:10.0f} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f}"
+              f" {'':>9} {cpu.get('intake', 0):13.3f}")  # fmt: skip
         for kind, other in r["others"].items():
             print(
-                f"{name:<10} {kind:<26} {other['per_s']:10.0f} {other['p50_ms']:7.1f} {other['p99_ms']:7.1f} "
-                f"{r['intake_per_s'] / other['per_s']:9.2f}"
+                f"{name:<10} {kind:<20} {other['per_s']:10.0f} {other['p50_ms']:7.1f} {other['p99_ms']:7.1f} "
+                f"{r['intake_per_s'] / other['per_s']:9.2f} {cpu.get(kind, 0):13.3f}"
             )
     pg, lite = results.get("postgres"), results.get("sqlite")
     figures = {
