@@ -157,6 +157,15 @@ class Store(abc.ABC):
             self.settle(one.claim, one.committed, timeout_ms, command_id=one.command_id) for one in settles
         ]
 
+    def hit_and_settle(
+        self, charges: list[Charge], claim: Claim | None, settles: list[Settle], timeout_ms: int | None = None
+    ) -> tuple[Result, list[bool | Error]]:
+        """``settle_many(settles)``, then ``hit(charges, claim)``: in one call where the store can
+        (the fleet store: one round trip, so waiting settles ride on a request's own hit). This
+        default makes the two calls."""
+        answers = self.settle_many(settles, timeout_ms) if settles else []
+        return self.hit(charges, claim, timeout_ms), answers
+
     @abc.abstractmethod
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:
         """Forget ``tenant``'s buckets (its limit changed), best effort; claims are kept."""

@@ -254,6 +254,19 @@ class _Pool:
             connection.close()
 
 
+def _hit_result(reply: list, charges: list[Charge]) -> Result:
+    code, value, *debts = reply
+    if code == 0:
+        return Ok(tuple(debts))
+    if code == 1:
+        return Duplicate(value)
+    if code == 2:
+        return Pending(value)
+    if code == 3:
+        return RateLimited(value, tuple(debts))
+    return Exceeds(charges[value - 1].kind)
+
+
 def _noscript(reply) -> bool:
     return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT")
 
@@ -289,27 +302,9 @@ class RedisStore(Store):
         self._pool = _Pool(parse_url(url))
 
     def hit(self, charges: list[Charge], claim: Claim | None = None, timeout_ms: int | None = None) -> Result:
-        check_distinct(charges)
-        keys = [self.bucket_key(charge.tenant, charge.kind) for charge in charges]
-        args = [self._now_arg(), len(charges)]
-        for charge in charges:
-            args += [charge.cost_us, charge.capacity_us]
-        if claim is not None:
-            keys.append(self.claim_key(claim))
-            args += [claim.token, claim.command_id, claim.pending_ttl_ms]
+        keys, args = self._hit_call(charges, claim)
         reply = self._eval(_HIT, keys, args, timeout_ms)
-        if isinstance(reply, Error):
-            return reply
-        code, value, *debts = reply
-        if code == 0:
-            return Ok(tuple(debts))
-        if code == 1:
-            return Duplicate(value)
-        if code == 2:
-            return Pending(value)
-        if code == 3:
-            return RateLimited(value, tuple(debts))
-        return Exceeds(charges[value - 1].kind)
+        return reply if isinstance(reply, Error) else _hit_result(reply, charges)
 
     def settle(
         self, claim: Claim, committed: bool, timeout_ms: int | None = None, *, command_id: str | None = None
@@ -323,30 +318,62 @@ class RedisStore(Store):
         round trip for any number (each script still runs atomically by itself)."""
         if not settles:
             return []
-        deadline = self._deadline(timeout_ms)
-        calls = [
-            ([self.claim_key(one.claim)], self._settle_args(one.claim, one.committed, one.command_id))
+        replies = self._eval_many(self._settle_calls(settles), timeout_ms)
+        return [reply if isinstance(reply, Error) else reply == 1 for reply in replies]
+
+    def hit_and_settle(
+        self, charges: list[Charge], claim: Claim | None, settles: list[Settle], timeout_ms: int | None = None
+    ) -> tuple[Result, list[bool | Error]]:
+        """The settles, then the hit, in one write and one round trip (settles first: a duplicate
+        of a claim settled here is then answered as one)."""
+        keys, args = self._hit_call(charges, claim)
+        replies = self._eval_many([*self._settle_calls(settles), (_HIT, keys, args)], timeout_ms)
+        hit = replies[-1]
+        result = hit if isinstance(hit, Error) else _hit_result(hit, charges)
+        return result, [reply if isinstance(reply, Error) else reply == 1 for reply in replies[:-1]]
+
+    def _hit_call(self, charges: list[Charge], claim: Claim | None) -> tuple[list, list]:
+        check_distinct(charges)
+        keys = [self.bucket_key(charge.tenant, charge.kind) for charge in charges]
+        args = [self._now_arg(), len(charges)]
+        for charge in charges:
+            args += [charge.cost_us, charge.capacity_us]
+        if claim is not None:
+            keys.append(self.claim_key(claim))
+            args += [claim.token, claim.command_id, claim.pending_ttl_ms]
+        return keys, args
+
+    def _settle_calls(self, settles: list[Settle]) -> list[tuple]:
+        return [
+            (
+                _SETTLE,
+                [self.claim_key(one.claim)],
+                self._settle_args(one.claim, one.committed, one.command_id),
+            )
             for one in settles
         ]
-        replies = self._call_all(
-            [pack("EVALSHA", _SETTLE.sha, 1, *keys, *args) for keys, args in calls], deadline
-        )
+
+    def _eval_many(self, calls: list[tuple], timeout_ms: int | None) -> list:
+        """``(script, keys, args)`` each, pipelined in one write within one deadline: each reply, or
+        ``Error`` for every one when the round trip failed."""
+        deadline = self._deadline(timeout_ms)
+        commands = [pack("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+        replies = self._call_all(commands, deadline)
         if isinstance(replies, Error):
-            return [replies] * len(settles)
+            return [replies] * len(calls)
         missing = [i for i, reply in enumerate(replies) if _noscript(reply)]
-        if missing:  # Redis restarted or flushed its scripts: the source once more, same deadline
+        if missing:  # Redis restarted or flushed its scripts: the sources once more, same deadline
             again = self._call_all(
-                [pack("EVAL", _SETTLE.source, 1, *calls[i][0], *calls[i][1]) for i in missing], deadline
+                [
+                    pack("EVAL", calls[i][0].source, len(calls[i][1]), *calls[i][1], *calls[i][2])
+                    for i in missing
+                ],
+                deadline,
             )
             for n, i in enumerate(missing):
                 replies[i] = again if isinstance(again, Error) else again[n]
         return [
-            reply
-            if isinstance(reply, Error)
-            else Error(f"redis: {reply}")
-            if isinstance(reply, hiredis.ReplyError)
-            else reply == 1
-            for reply in replies
+            Error(f"redis: {reply}") if isinstance(reply, hiredis.ReplyError) else reply for reply in replies
         ]
 
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import itertools
 import logging
 import os
 import threading
@@ -62,6 +61,11 @@ CAPACITY = 10_000
 # Settles per round trip: enough that a busy process's settles of one moment go together, few
 # enough that one call's reply stays small (a settle's reply is an integer).
 BATCH = 256
+# How long a settle made after the answer waits for the process's next request to carry it in its
+# own round trip to Redis (its claim's), before this thread sends it alone: under load the next
+# request comes sooner, and the settle costs no round trip and no wake-up of this thread; idle, a
+# duplicate meets the pending claim (409) for this much longer.
+LINGER_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class _Settle:
     give_up_at: float
     added_at: float
     retried: bool  # handed over after a miss (logged as it lands), not after the answer
+
+    def request(self) -> Settle:
+        return Settle(self.claim, self.committed, self.command_id)
 
 
 class SettleRetrier:
@@ -86,11 +93,13 @@ class SettleRetrier:
         budget_ms: int = BUDGET_MS,
         clock: Callable[[], float] = time.monotonic,
         background: bool = True,
+        linger_s: float = LINGER_S,
     ):
         self.capacity = capacity
         self.budget_ms = budget_ms
         self.clock = clock
         self.background = background
+        self.linger_s = linger_s
         self.forget()
 
     def forget(self) -> None:
@@ -98,6 +107,7 @@ class SettleRetrier:
         thread did not come along)."""
         self._turn = threading.Condition()
         self._waiting: collections.deque[_Settle] = collections.deque()
+        self._in_flight = 0
         self._delay = 0.0
         self._resume_at = 0.0
         self._started = False
@@ -113,13 +123,15 @@ class SettleRetrier:
             full = len(self._waiting) >= self.capacity
             if not full:
                 give_up_at = now + claim.pending_ttl_ms / 1000
+                was_empty = not self._waiting
                 self._waiting.append(
                     _Settle(store, claim, committed, command_id, give_up_at, now, reason is not None)
                 )
                 if self.background and not self._started:
                     self._started = True
                     threading.Thread(target=self._work, name="claim-settles", daemon=True).start()
-                self._turn.notify()
+                if was_empty:  # otherwise the thread is timed on the first in line already
+                    self._turn.notify()
         if full or reason is not None:
             _log(
                 "claim_settle_dropped" if full else "claim_settle_retrying",
@@ -131,8 +143,48 @@ class SettleRetrier:
         return not full
 
     def pending(self) -> int:
+        """Settles not landed yet: waiting, or on their way in someone's round trip."""
         with self._turn:
-            return len(self._waiting)
+            return len(self._waiting) + self._in_flight
+
+    def take(self, store: Store, limit: int = BATCH) -> list[_Settle]:
+        """The first settles in line, up to ``limit``, that ``store`` settles: for a caller that
+        carries them in a round trip of its own (``limits.admission.admit``: on a request's hit),
+        which must hand them back with their answers (``returned``)."""
+        with self._turn:
+            taken = []
+            while self._waiting and len(taken) < limit and self._waiting[0].store is store:
+                taken.append(self._waiting.popleft())
+            self._in_flight += len(taken)
+        return taken
+
+    def returned(self, taken: list[_Settle], answers: list) -> bool:
+        """The answers to settles ``take`` gave out, in order: those that failed go to the back of
+        the line (and pause the thread for the backoff); whether all of them landed."""
+        failed = [one for one, answer in zip(taken, answers, strict=True) if isinstance(answer, Error)]
+        with self._turn:
+            self._in_flight -= len(taken)
+            was_empty = not self._waiting
+            self._waiting.extend(failed)  # to the back: one dead store holds up no other
+            if failed:
+                self._delay = min(max(2 * self._delay, FIRST_DELAY_S), MAX_DELAY_S)
+                self._resume_at = self.clock() + self._delay
+                if was_empty:
+                    self._turn.notify()
+            else:  # the store answers again: no more backoff
+                self._delay = 0.0
+        for one, answer in zip(taken, answers, strict=True):
+            if one.retried and not isinstance(answer, Error):
+                _log(
+                    "claim_settle_landed" if answer else "claim_settle_moot",
+                    logging.INFO,
+                    one.claim,
+                    one.committed,
+                    after_ms=round((self.clock() - one.added_at) * 1000),
+                )
+            elif answer is False:  # after the answer: the claim expired before it landed
+                _log("claim_settle_moot", logging.WARNING, one.claim, one.committed)
+        return not failed
 
     def run_once(self) -> bool:
         """Give up the settles whose claims have expired, then settle the others, a batch (of one
@@ -142,38 +194,15 @@ class SettleRetrier:
             with self._turn:
                 if not self._waiting:
                     return True
-                # Only this thread takes from the left: what it reads here stays at the front.
-                batch = list(itertools.islice(self._waiting, BATCH))
-            store = batch[0].store
-            batch = list(itertools.takewhile(lambda one, store=store: one.store is store, batch))
+                store = self._waiting[0].store
+            batch = self.take(store)
+            if not batch:  # a request took them meanwhile
+                continue
             try:
-                answers = store.settle_many(
-                    [Settle(one.claim, one.committed, one.command_id) for one in batch], self.budget_ms
-                )
+                answers = store.settle_many([one.request() for one in batch], self.budget_ms)
             except Exception as exc:  # a store should not raise; if one does, this thread lives on
                 answers = [Error(f"{type(exc).__name__}: {exc}"[:200])] * len(batch)
-            failed = [one for one, answer in zip(batch, answers, strict=True) if isinstance(answer, Error)]
-            with self._turn:
-                for _ in batch:
-                    self._waiting.popleft()
-                self._waiting.extend(failed)  # to the back: one dead store holds up no other
-                if failed:
-                    self._delay = min(max(2 * self._delay, FIRST_DELAY_S), MAX_DELAY_S)
-                    self._resume_at = self.clock() + self._delay
-                else:  # the store answers again: no more backoff
-                    self._delay = 0.0
-            for one, answer in zip(batch, answers, strict=True):
-                if one.retried and not isinstance(answer, Error):
-                    _log(
-                        "claim_settle_landed" if answer else "claim_settle_moot",
-                        logging.INFO,
-                        one.claim,
-                        one.committed,
-                        after_ms=round((self.clock() - one.added_at) * 1000),
-                    )
-                elif answer is False:  # after the answer: the claim expired before it landed
-                    _log("claim_settle_moot", logging.WARNING, one.claim, one.committed)
-            if failed:
+            if not self.returned(batch, answers):
                 return False
 
     def flush(self, timeout_s: float = 1.0) -> bool:
@@ -185,9 +214,11 @@ class SettleRetrier:
             return self.run_once()
         deadline = time.monotonic() + timeout_s
         with self._turn:
-            while self._waiting and time.monotonic() < deadline:
+            self._resume_at = 0.0
+            self._turn.notify()
+            while (self._waiting or self._in_flight) and time.monotonic() < deadline:
                 self._turn.wait(0.01)
-            return not self._waiting
+            return not (self._waiting or self._in_flight)
 
     def _give_up_expired(self, now: float) -> None:
         """Drop every settle whose claim has expired (during an outage only the first in line is
@@ -209,10 +240,16 @@ class SettleRetrier:
                     self._resume_at = self.clock() + MAX_DELAY_S
             with self._turn:
                 while True:
+                    if not self._waiting:
+                        self._turn.wait()
+                        continue
+                    first = self._waiting[0]
+                    # A settle after the answer lingers a moment for a request to carry it.
+                    due = max(self._resume_at, first.added_at + (0 if first.retried else self.linger_s))
                     now = self.clock()
-                    if self._waiting and now >= self._resume_at:
+                    if now >= due:
                         break
-                    self._turn.wait(self._resume_at - now if self._waiting else None)
+                    self._turn.wait(due - now)
 
 
 def _log(event: str, level: int, claim: Claim, committed: bool, **fields) -> None:

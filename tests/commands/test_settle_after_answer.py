@@ -13,7 +13,8 @@ import pytest
 from django.db import connection
 
 from commands.models import Delivery
-from limits.store import forget_store, settling
+from limits import admission
+from limits.store import Ok, forget_store, get_store, settling
 from tests.limits.conftest import start_private_redis  # noqa: F401 - fixture
 from tests.servers import wait_for
 
@@ -32,7 +33,7 @@ def fleet_held_settles(settings, redis_client, monkeypatch):
     forget_store()
 
 
-def test_a_duplicate_between_the_answer_and_the_settle_is_409_and_its_retry_200(
+def test_a_duplicate_while_the_settle_is_on_its_way_is_409_and_its_retry_200(
     hook_source, post_hook, fleet_held_settles, redis_client
 ):
     first = post_hook(delivery="evt-1")
@@ -41,15 +42,31 @@ def test_a_duplicate_between_the_answer_and_the_settle_is_409_and_its_retry_200(
     assert first.json()["id"] == delivery.pk  # durable before the answer
     [claim_key] = redis_client.keys("ankusa:{acme}:claim:*")
     assert redis_client.get(claim_key).startswith(b"p|")  # answered, not yet settled
-    assert fleet_held_settles.pending() == 1
+    store = get_store()
+    on_its_way = fleet_held_settles.take(store)  # the settler's round trip, not back yet
+    assert len(on_its_way) == 1
 
     duplicate = post_hook(delivery="evt-1")
     assert (duplicate.status_code, duplicate.json()["error"]) == (409, "in_flight")
 
-    assert fleet_held_settles.run_once() is True
+    assert fleet_held_settles.returned(on_its_way, store.settle_many([one.request() for one in on_its_way]))
     assert redis_client.get(claim_key).startswith(b"c|")
     retry = post_hook(delivery="evt-1")
     assert (retry.status_code, retry.json()) == (200, {"status": "duplicate", "id": delivery.pk})
+    assert Delivery.objects.count() == 1
+
+
+def test_the_next_request_carries_a_waiting_settle_so_a_duplicate_right_after_is_200(
+    hook_source, post_hook, fleet_held_settles, redis_client
+):
+    first = post_hook(delivery="evt-1")
+    assert fleet_held_settles.pending() == 1
+    duplicate = post_hook(delivery="evt-1")  # its claim's round trip settles the first one first
+    assert (duplicate.status_code, duplicate.json()) == (
+        200,
+        {"status": "duplicate", "id": first.json()["id"]},
+    )
+    assert fleet_held_settles.pending() == 0
     assert Delivery.objects.count() == 1
 
 
@@ -69,7 +86,7 @@ def test_with_settle_after_answer_off_the_claim_is_committed_before_the_202(
     )
 
 
-def test_the_settles_of_many_answered_hooks_land_together_in_one_round_trip(
+def test_settles_ride_on_the_next_claims_round_trip_and_the_rest_go_together_in_one(
     hook_source,
     post_hook,
     settings,
@@ -82,21 +99,31 @@ def test_the_settles_of_many_answered_hooks_land_together_in_one_round_trip(
     held = settling.SettleRetrier(background=False)
     monkeypatch.setattr(settling, "RETRIER", held)
     redis = server.client()
+
+    def reads() -> int:
+        return redis.info("stats")["total_reads_processed"]
+
     try:
         assert post_hook(delivery="evt-warm").status_code == 202
-        assert held.run_once() is True  # the settle script loaded (a first call sends its source)
-        for n in range(20):
+        assert held.run_once() is True  # both scripts loaded (a first call sends its source)
+        before = reads()
+        for n in range(20):  # each request's claim carries the settle the one before left
             assert post_hook(delivery=f"evt-{n}").status_code == 202
-        assert held.pending() == 20
-        before = redis.info("stats")["total_reads_processed"], redis.info("commandstats")
+        assert held.pending() == 1
+        # One read of the server per webhook (its claim and the settle before it), and this INFO.
+        assert reads() - before == 20 + 1
+
+        store = get_store()
+        claims = [admission.new_claim(hook_source.tenant, "x", f"key-{n}", "pending") for n in range(30)]
+        assert all(isinstance(store.hit([], c), Ok) for c in claims)
+        for n, claim in enumerate(claims):  # 30 answers with no request after them
+            admission.settle_after_answer(claim, True, command_id=n, store=store)
+        before = reads()
         assert held.run_once() is True
-        after = redis.info("stats")["total_reads_processed"], redis.info("commandstats")
+        assert reads() - before == 1 + 1  # 31 settles in one read, and this INFO
     finally:
         forget_store()
     assert {redis.get(k)[:2] for k in redis.keys("ankusa:{acme}:claim:*")} == {b"c|"}
-    assert after[1]["cmdstat_evalsha"]["calls"] - before[1]["cmdstat_evalsha"]["calls"] == 20
-    # What Redis read between the two counts: the 20 settles in one read, and the two INFO calls.
-    assert after[0] - before[0] == 1 + 2
 
 
 def test_many_threads_sending_the_same_hooks_to_two_workers_get_2xx_only_for_stored_ones(
