@@ -13,10 +13,12 @@ Two kinds of settle come here, and go the same way:
   event's retries answered 409 instead of 200, and a released key blocked, each for the rest of
   the claim's pending TTL.
 
-The thread takes what waits, in the order it came, up to ``BATCH`` at a time, and settles them in
-one call (``Store.settle_many``: one pipelined round trip to Redis), with a budget of ``BUDGET_MS``
-(larger than a request's: nobody waits on it). Under load many requests' settles share a round
-trip; idle, a settle goes as soon as it comes (no waiting to fill a batch). Each answer ends its
+A settle made after the answer first waits up to ``LINGER_S`` for the process's next request to
+carry it: ``limits.admission.admit`` takes what waits (``take``) and sends it in front of its own
+claim, in the same write (``Store.hit_and_settle``: one round trip for both, and no wake-up of
+this thread). What no request carried, and every retry, the thread takes in the order it came, up
+to ``BATCH`` at a time, and settles in one call (``Store.settle_many``: one pipelined round trip),
+with a budget of ``BUDGET_MS`` (larger than a request's: nobody waits on it). Each answer ends its
 settle — True, settled; False, no longer held by this token (expired or taken over): nothing is
 left to do either way. An ``Error`` sends it to the back, to be tried again until the claim's
 pending TTL has passed since it was handed over, when the claim has expired by itself and a commit
@@ -26,7 +28,7 @@ is then answered 200 from the stored row). A failure pauses them all for a backo
 outage; each try against a frozen Redis costs its whole budget), and an answer resets it.
 
 Bounded: at most ``capacity`` settles wait (a claim is a few hundred bytes); one more is dropped and
-logged, and its claim expires by itself. Thread-safe: any thread adds, one thread works; it starts
+logged, and its claim expires by itself. Thread-safe: any thread adds or carries, one thread works; it starts
 with the first settle of each process (a forked worker starts its own). It survives an outage: a
 store answers failure as a value, and anything one raises is logged and treated as a failure. At
 the process's normal exit what waits gets one last try (``flush``).
