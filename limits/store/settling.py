@@ -68,6 +68,9 @@ BATCH = 256
 # request comes sooner, and the settle costs no round trip and no wake-up of this thread; idle, a
 # duplicate meets the pending claim (409) for this much longer.
 LINGER_S = 0.005
+# How long the thread keeps looking every LINGER_S after the queue emptied, before it sleeps until
+# the next settle wakes it.
+IDLE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class SettleRetrier:
         self._turn = threading.Condition()
         self._waiting: collections.deque[_Settle] = collections.deque()
         self._in_flight = 0
+        self._asleep = True  # the thread waits for a notify (it has been idle for IDLE_S)
         self._delay = 0.0
         self._resume_at = 0.0
         self._started = False
@@ -125,14 +129,13 @@ class SettleRetrier:
             full = len(self._waiting) >= self.capacity
             if not full:
                 give_up_at = now + claim.pending_ttl_ms / 1000
-                was_empty = not self._waiting
                 self._waiting.append(
                     _Settle(store, claim, committed, command_id, give_up_at, now, reason is not None)
                 )
                 if self.background and not self._started:
                     self._started = True
                     threading.Thread(target=self._work, name="claim-settles", daemon=True).start()
-                if was_empty:  # otherwise the thread is timed on the first in line already
+                if self._asleep:  # otherwise the thread looks again within LINGER_S by itself
                     self._turn.notify()
         if full or reason is not None:
             _log(
@@ -166,12 +169,11 @@ class SettleRetrier:
         failed = [one for one, answer in zip(taken, answers, strict=True) if isinstance(answer, Error)]
         with self._turn:
             self._in_flight -= len(taken)
-            was_empty = not self._waiting
             self._waiting.extend(failed)  # to the back: one dead store holds up no other
             if failed:
                 self._delay = min(max(2 * self._delay, FIRST_DELAY_S), MAX_DELAY_S)
                 self._resume_at = self.clock() + self._delay
-                if was_empty:
+                if self._asleep:
                     self._turn.notify()
             else:  # the store answers again: no more backoff
                 self._delay = 0.0
@@ -241,14 +243,21 @@ class SettleRetrier:
                 with self._turn:
                     self._resume_at = self.clock() + MAX_DELAY_S
             with self._turn:
+                idle_since = None
                 while True:
+                    now = self.clock()
                     if not self._waiting:
-                        self._turn.wait()
+                        # Busy, requests carry the settles and the queue empties and fills again
+                        # all the time: look every LINGER_S rather than be woken by each one.
+                        # Idle for IDLE_S: sleep until a settle comes.
+                        idle_since = now if idle_since is None else idle_since
+                        self._asleep = now - idle_since >= IDLE_S
+                        self._turn.wait(None if self._asleep else self.linger_s)
                         continue
+                    self._asleep, idle_since = False, None
                     first = self._waiting[0]
                     # A settle after the answer lingers a moment for a request to carry it.
                     due = max(self._resume_at, first.added_at + (0 if first.retried else self.linger_s))
-                    now = self.clock()
                     if now >= due:
                         break
                     self._turn.wait(due - now)
