@@ -9,9 +9,9 @@ webhook does not need it. Everything else stays Django's: the request object, th
 open and close database connections, the ``django.request`` log line of a 4xx or 5xx, and an
 exception turned into the site's 500 by each middleware layer.
 
-Measured against Django's own handler in alternating rounds of one run (``bench/intake_ab.py
---baseline bench.gunicorn_django_handler``, PostgreSQL with the fleet store): 0.87 of the machine's
-CPU per webhook (1.47 → 1.28 ms), the bare view's unchanged. README, Intake, Benchmark, has the rest.
+Measured against Django's own handler by ``bench/intake_ab.py --baseline
+bench.gunicorn_django_handler`` and, with ``ANKUSA_STOCK_DJANGO=handler``, by ``bench/intake.py``
+(``stock_handler_buys``); the figures are in ``bench/README.md``.
 
 What it costs: the hook's way has to be kept true to the whole stack. A middleware added to
 ``settings.MIDDLEWARE`` takes webhooks too unless it is named in ``SKIPPED_FOR_HOOKS``. One this
