@@ -9,9 +9,9 @@ webhook does not need it. Everything else stays Django's: the request object, th
 open and close database connections, the ``django.request`` log line of a 4xx or 5xx, and an
 exception turned into the site's 500 by each middleware layer.
 
-Measured against Django's own handler in alternating rounds of one run (``bench/intake_ab.py
---baseline bench.gunicorn_django_handler``, PostgreSQL with the fleet store): 0.87 of the machine's
-CPU per webhook (1.47 → 1.28 ms), the bare view's unchanged. README, Intake, Benchmark, has the rest.
+Measured against Django's own handler by ``bench/intake_ab.py --baseline
+bench.gunicorn_django_handler`` and, with ``ANKUSA_STOCK_DJANGO=handler``, by ``bench/intake.py``
+(``stock_handler_buys``); the figures are in ``bench/README.md``.
 
 What it costs: the hook's way has to be kept true to the whole stack. A middleware added to
 ``settings.MIDDLEWARE`` takes webhooks too unless it is named in ``SKIPPED_FOR_HOOKS``. One this
@@ -31,7 +31,8 @@ database's path and ``REDIS_URL``; here such an answer is replaced by the site's
 same status. The debug page stays for the admin's pages, where a developer reads it.
 
 ``ankusa_site.wsgi`` serves with :class:`SiteWSGIHandler`; the tests' ``client`` fixture uses the
-same shortcut (``tests.conftest.SiteClient``).
+same shortcut (``tests.conftest.SiteClient``). ``ANKUSA_STOCK_DJANGO=handler`` (``ankusa_site.stock``)
+turns the shortcut off: every request then goes Django's way, JSON errors kept.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.utils.module_loading import import_string
 
 from ankusa_site.answers import error, wants_json
+from ankusa_site.stock import stock
 
 # The paths of ``commands.hooks.receive`` in ``ankusa_site.urls`` (``<str:…>`` is ``[^/]+``).
 HOOK_PATH = re.compile(r"/hooks/([^/]+)/([^/]+)/?")
@@ -143,6 +145,8 @@ class HookShortcut:
     around either (the urlconf, closing the request, the 4xx/5xx log line)."""
 
     def load_middleware(self, is_async=False):
+        if stock("handler"):  # ANKUSA_STOCK_DJANGO: webhooks go Django's way too
+            return super().load_middleware(is_async)
         # First: a refusal leaves the handler unloaded, and the test client tries again next time.
         hook = _chain(hook_middleware(), _hook)
         super().load_middleware(is_async)

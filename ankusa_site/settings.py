@@ -18,6 +18,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ankusa_site import stock
 from ankusa_site.env import (
     env_bool,
     env_choice,
@@ -125,8 +126,13 @@ TEMPLATES = [
     },
 ]
 
+# Which fast paths run Django's stock way instead (ankusa_site.stock): none by default.
+ANKUSA_STOCK_DJANGO = stock.parse(env_str("ANKUSA_STOCK_DJANGO", "0"))
 DATABASES = {
-    "default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ankusa.sqlite3'}", base_dir=BASE_DIR),
+    "default": stock.stock_engine(
+        env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ankusa.sqlite3'}", base_dir=BASE_DIR),
+        ANKUSA_STOCK_DJANGO,
+    ),
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -241,6 +247,9 @@ ANKUSA_CLAIM_TTL_MS = env_int("ANKUSA_CLAIM_TTL_MS", 72 * 3600 * 1000, minimum=1
 # A holder commits in milliseconds; 30 s is long enough that a slow commit is not overtaken and
 # short enough that a provider's first retry after a crashed node is accepted.
 ANKUSA_CLAIM_PENDING_TTL_MS = env_int("ANKUSA_CLAIM_PENDING_TTL_MS", 30_000, minimum=100)
+# With the fleet store, settle a webhook's claim after its 202 (batched per process: one round trip
+# for many) rather than before it (limits.store.settling). Off: settled before the answer.
+ANKUSA_SETTLE_AFTER_ANSWER = env_bool("ANKUSA_SETTLE_AFTER_ANSWER", True)
 # After this many consecutive fleet failures the breaker opens and calls go straight to the
 # node store for ANKUSA_FLEET_BREAKER_COOLDOWN_MS, then one call probes Redis again.
 ANKUSA_FLEET_BREAKER_THRESHOLD = env_int("ANKUSA_FLEET_BREAKER_THRESHOLD", 3, minimum=1)

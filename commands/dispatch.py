@@ -59,6 +59,7 @@ from django.utils import timezone
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
+from ankusa_site.stock import stock
 from commands import adapters, heartbeat, retry, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
@@ -256,6 +257,14 @@ def start_sends(wanted: list[tuple[int, int]], now: datetime) -> set[tuple[int, 
     """
     target = next_state(State.QUEUED, Event.START).value
     queued = State.QUEUED.value
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's conditional updates this stands for
+        won = set()
+        with transaction.atomic():
+            for pk, attempt in wanted:
+                rows = Command.objects.filter(pk=pk, state=queued, attempts=attempt - 1)
+                if rows.update(state=target, state_changed_at=now, attempts=F("attempts") + 1):
+                    won.add((pk, attempt))
+        return won
     if connection.vendor == "postgresql":
         ids, attempts = [pk for pk, _ in wanted], [attempt for _, attempt in wanted]
         rows, _ = execute_prepared(connection, START_SQL_POSTGRESQL, [target, now, ids, attempts, queued])
@@ -339,6 +348,9 @@ def finish_sends(ids: list[int], attempt: int, event: str, now: datetime, change
     written out because the ORM's compilation of it costs about 1 ms of CPU per batch (measured).
     """
     target = next_state(State.DISPATCHING, event)
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's conditional update this stands for
+        rows = Command.objects.filter(pk__in=ids, state=State.DISPATCHING, attempts=attempt)
+        return rows.update(state=target, state_changed_at=now, **changes)
     fields = [Command._meta.get_field(name) for name in changes]
     assignments = "".join(f", {connection.ops.quote_name(field.column)} = %s" for field in fields)
     params = [target.value, connection.ops.adapt_datetimefield_value(now)]
@@ -446,6 +458,25 @@ def insert_attempts(sent: list[Sent]) -> None:
     model with a default needs nothing here.
     """
     if not sent:
+        return
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's bulk_create this stands for
+        Attempt.objects.bulk_create(
+            Attempt(
+                command_id=one.command.pk,
+                number=one.attempt,
+                started_at=one.started,
+                finished_at=one.finished,
+                ok=one.outcome.ok,
+                outlook=one.outcome.outlook or "",
+                status_code=one.outcome.status,
+                error_class=one.outcome.error_class,
+                error_message=one.outcome.detail if not one.outcome.ok else "",
+                response_excerpt=one.outcome.excerpt,
+                manual=one.command.resend_by_id is not None,
+                manual_by_id=one.command.resend_by_id,
+            )
+            for one in sent
+        )
         return
     sql, others = _attempt_insert(connection.vendor)
     stamp = connection.ops.adapt_datetimefield_value
@@ -964,7 +995,7 @@ def load_for_sending(ids: list[int]) -> dict[int, Command]:
     ORM's own constructor for loaded rows): the queryset's compilation and its per-row iterator
     cost more CPU than the query, once per claimed batch. Elsewhere the queryset.
     """
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or stock("sql"):  # stock: ANKUSA_STOCK_DJANGO
         return Command.objects.defer(*BOOKKEEPING_FIELDS).in_bulk(ids)
     names, decode, sql = _sending_fields()
     commands = {}

@@ -13,9 +13,13 @@ submission (``commands.intake_api``) — to turn an authenticated request into s
    state, attempt number and payload as ``commands.dispatch.sweep``), so they are dispatched
    without waiting for a sweep. ``draft`` commands (a source that needs approval) are not queued.
    On PostgreSQL with the database queue the three writes are one statement that commits by
-   itself (one round trip); elsewhere, three statements in a transaction;
-3. **after the commit**, the claim is settled as committed with the stored row's id, and only then
-   is 202 answered. A failed write releases the claim and answers 503 + ``Retry-After: 1``, whose
+   itself (one round trip); elsewhere, or with ``ANKUSA_STOCK_DJANGO=sql``, three statements in a
+   transaction;
+3. **after the commit**, 202 is answered and the claim is settled as committed with the stored
+   row's id: with the fleet store after the answer, many requests' settles of a process in one
+   round trip (``limits.store.settling``), retried until they land; with the node's own store at
+   once. Until it lands the claim is pending, so a duplicate meanwhile is answered 409 and its
+   retry 200 — never a 2xx before the commit. A failed write releases the claim and answers 503 + ``Retry-After: 1``, whose
    text says only what is known: "nothing was stored" when the write certainly did not commit
    (the database could not be reached, or refused it with an error of its own), and "the outcome
    is unknown" when the connection broke after the write that commits was sent — the server may
@@ -60,13 +64,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import JSONField
+from django.db.models import JSONField, Value
 from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail
 from ankusa_site.prepared import execute_prepared
+from ankusa_site.stock import stock
 from commands import dispatch
 from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
@@ -222,9 +227,9 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
         # memory, or the claim expired). Answer with the stored original, if it can be read.
         original = _stored_original(arrival)
         if original is None:
-            _settle(claim, committed=False)
+            _settle(claim, store, committed=False)
             return Unavailable("the database refused it", headers)
-        _settle(claim, committed=True, record_id=original)
+        _settle(claim, store, committed=True, record_id=original)
         return Duplicated(original, headers)
     except Exception as exc:
         if committed:
@@ -235,7 +240,7 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
         else:
             # Released even when the write may be stored: a retry then inserts again, and the
             # unique constraint answers it as a duplicate of the stored row.
-            _settle(claim, committed=False)
+            _settle(claim, store, committed=False)
             if write.sent and not _refused_by_database(exc):
                 _log_failure("intake_outcome_unknown", arrival, exc, logging.ERROR)
                 return Unknown(arrival.dedupe_key is not None, arrival.is_webhook, headers)
@@ -244,7 +249,7 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
                 "the database did not store it" if write.connected else "the database could not be reached"
             )
             return Unavailable(reason, headers)
-    _settle(claim, committed=True, record_id=record_id)
+    _settle(claim, store, committed=True, record_id=record_id)
     return Accepted(record_id, commands, headers)
 
 
@@ -291,7 +296,12 @@ def _store(arrival: Arrival, now: datetime, committed: list, write: _Write) -> t
     born = [_birth(state, idempotent, now) for _, idempotent in arrival.connectors]
     _connect()
     write.connected = True
-    if connection.vendor == "postgresql" and queue.backend == "database" and queue.using == connection.alias:
+    if (
+        connection.vendor == "postgresql"
+        and queue.backend == "database"
+        and queue.using == connection.alias
+        and not stock("sql")  # ANKUSA_STOCK_DJANGO: the ORM's writes below are the reference
+    ):
         return _store_in_one_statement(arrival, born, now, queue, committed, write)
     delivery = None
     if arrival.is_webhook:
@@ -495,6 +505,14 @@ def insert(objects: list) -> None:
     """
     if not objects:
         return
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's own, which this stands for
+        model = type(objects[0])
+        for obj in objects:  # a JSON ``null`` document, not SQL's NULL (see _db_value)
+            for f in model._meta.concrete_fields:
+                if isinstance(f, JSONField) and not f.null and getattr(obj, f.attname) is None:
+                    setattr(obj, f.attname, Value(None, JSONField()))
+        model.objects.bulk_create(objects)
+        return
     fields, sql = _insert_statement(type(objects[0]), len(objects), connection.vendor)
     params = [_db_value(field, getattr(obj, field.attname)) for obj in objects for field in fields]
     with connection.cursor() as cursor:
@@ -563,9 +581,9 @@ def _stored_original(arrival: Arrival) -> int | None:
         return None
 
 
-def _settle(claim, *, committed: bool, record_id: int | None = None) -> None:
-    if claim is not None:
-        admission.settle(claim, committed, command_id=record_id)
+def _settle(claim, store: Store | None, *, committed: bool, record_id: int | None = None) -> None:
+    if claim is not None:  # after the answer when the store's settle is a round trip (fleet)
+        admission.settle_after_answer(claim, committed, command_id=record_id, store=store)
 
 
 # --- what both endpoints share at the HTTP level ------------------------------------------------
