@@ -659,6 +659,8 @@ class _Senders:
     sender that finishes takes its next send itself, without waiting for that thread.
     """
 
+    clock = staticmethod(time.monotonic)  # paces connectors with a rate; tests move it
+
     def __init__(self, size: int, per_connector: int, stop: threading.Event, recorder: _Recorder):
         self.per_connector = per_connector
         self.stop = stop
@@ -669,6 +671,8 @@ class _Senders:
         self.room = threading.Condition(self.lock)  # the dispatcher waits here for room to claim
         self.waiting: deque[_Entry] = deque()
         self.in_flight: Counter[int] = Counter()
+        self.next_due: dict[int, float] = {}  # connector -> when its next send is due (monotonic)
+        self.pace_wait: float | None = None
         self.halted = False  # the dispatcher stops: take nothing more
         self.closing = False
         self.low_water = (HELD_POOLS - CLAIM_POOLS - 1) * size  # below this, there is room to claim
@@ -679,16 +683,34 @@ class _Senders:
             thread.start()
 
     def _take(self) -> _Entry | None:
-        """The first waiting send whose connector has a free slot (called holding the lock)."""
+        """The first waiting send whose connector allows one more now: a free slot of its cap
+        (``Connector.max_in_flight``, else the site's per-connector cap) and, with a rate
+        (``Connector.max_per_s``), its next send due. Called holding the lock; sets ``pace_wait``
+        to how long until a send held back by its rate is due (None: none is)."""
+        self.pace_wait = None
         if self.halted or self.stop.is_set():
             return None
+        now = self.clock()
         for index, entry in enumerate(self.waiting):
-            if self.in_flight[entry.command.connector_id] < self.per_connector:
-                del self.waiting[index]
-                self.in_flight[entry.command.connector_id] += 1
-                if len(self.waiting) < self.low_water:
-                    self.room.notify()
-                return entry
+            connector = entry.command.connector
+            if self.in_flight[connector.pk] >= (connector.max_in_flight or self.per_connector):
+                continue
+            if connector.max_per_s:
+                due = self.next_due.get(connector.pk, now)
+                if due > now:
+                    wait = due - now
+                    self.pace_wait = wait if self.pace_wait is None else min(self.pace_wait, wait)
+                    continue
+                # Evenly spaced: the next one is due an interval after this one was due, so a sender
+                # waking late keeps the schedule; after an idle spell, one send of catch-up at most.
+                self.next_due[connector.pk] = (
+                    max(due, now - 1 / connector.max_per_s) + 1 / connector.max_per_s
+                )
+            del self.waiting[index]
+            self.in_flight[connector.pk] += 1
+            if len(self.waiting) < self.low_water:
+                self.room.notify()
+            return entry
         return None
 
     def _run(self) -> None:
@@ -698,7 +720,7 @@ class _Senders:
                     while (entry := self._take()) is None:
                         if self.closing:
                             return
-                        self.work.wait()
+                        self.work.wait(self.pace_wait)  # woken by a change, or when a paced send is due
                 started = timezone.now()
                 won = self.starts.start(entry, started)
                 sent: Sent | Unstarted | None = won if isinstance(won, Unstarted) else None
