@@ -7,9 +7,10 @@
 * **consume** — claim items for a bounded pool of sender threads (``ANKUSA_DISPATCH_CONCURRENCY``,
   at most ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector), because a send waits on the receiver,
   not on us. A free sender takes the next claimed command itself, wins ``queued → dispatching``
-  for the attempt number the sweep gave it (a conditional UPDATE, shared with the senders that
-  ask at the same moment) and sends at once; a recorder thread writes each batch of outcomes —
-  attempt rows, next states, queue items done — in one transaction. A round sweeps in a thread
+  for the attempt number the sweep gave it (a conditional UPDATE, made by one thread for the
+  senders that ask at about the same moment) and sends at once; a recorder thread writes each
+  batch of outcomes — attempt rows, next states, queue items done — in one transaction. Senders
+  never touch the database: a process holds a few connections however many sends are in flight. A round sweeps in a thread
   of its own while it drains, so sending starts with the first committed sweep batch.
 * **recover** — a command still ``dispatching`` longer than the visibility timeout lost its worker
   (the system check E002 keeps a live send shorter than that): it becomes ``failed`` with **no**
@@ -578,74 +579,89 @@ class _Entry:
 
 
 class _Starts:
-    """Makes the starts that senders ask for at about the same time in few statements.
+    """Makes the starts that senders ask for at about the same time in few statements, on a
+    connection of its own: a sender never touches the database, so the sends in flight cost no
+    database connection each, whatever their number.
 
-    A sender that asks while fewer than ``at_once`` statements are on their way makes one at
-    once, for itself; a sender that asks meanwhile waits, and when a statement is done the first
-    of those waiting makes the next one, for all of them. A start is asked for only by a sender
-    about to send, so what a statement starts goes out at once. Two statements at a time, because
-    each waits for its commit (milliseconds on a busy disk) and one at a time would cap the loop at
-    a batch per commit; more would make more, smaller statements, and each costs CPU.
+    One thread (``at_once``) makes the statements: each takes every ask waiting when the one before
+    it is done, so the statements grow with the load instead of their number. A start is asked for
+    only by a sender about to send, so what a statement starts goes out at once.
     """
 
-    at_once = 2
+    at_once = 1
 
     def __init__(self):
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         self.asked: list[_Ask] = []
-        self.running = 0
+        self.closing = False
+        self.threads: list[threading.Thread] = []  # started at the first ask
 
     def start(self, entry: _Entry, now: datetime) -> bool | Unstarted:
         """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`);
         ``Unstarted`` when the statement failed (the database did not answer): nothing may be sent.
 
-        A shared statement stamps its commands with the ``now`` of the sender that makes it,
+        A shared statement stamps its commands with the ``now`` of the first sender in it,
         milliseconds from each sender's own.
         """
-        ask = _Ask(entry)
+        ask = _Ask(entry, now)
         with self.lock:
-            leads = self.running < self.at_once
-            if leads:
-                self.running += 1
-            else:
-                self.asked.append(ask)
-        if not leads:
-            ask.answered.wait()
-            if not ask.leads:
-                return Unstarted(ask.stamp) if ask.won is None else bool(ask.won)
-        with self.lock:
-            batch, self.asked = [ask, *self.asked], []
+            if self.closing:  # no thread left to answer: not asked, so not sent
+                return Unstarted()
+            if not self.threads:
+                self.threads = [
+                    threading.Thread(target=self._run, name=f"start-{n}", daemon=True)
+                    for n in range(self.at_once)
+                ]
+                for thread in self.threads:
+                    thread.start()
+            self.asked.append(ask)
+            self.changed.notify()
+        ask.answered.wait()
+        return Unstarted(ask.stamp) if ask.won is None else ask.won
+
+    def _run(self) -> None:
         try:
-            won = start_sends([(one.entry.command.pk, one.entry.attempt) for one in batch], now)
-        except Exception:
-            # Nothing was sent: the recorder undoes the starts should the statement have
-            # committed unseen, and puts the items back at the head of the queue (Unstarted).
-            logger.exception("starting %s commands failed", len(batch))
+            while True:
+                with self.lock:
+                    while not self.asked and not self.closing:
+                        self.changed.wait()
+                    if not self.asked:
+                        return
+                    batch, self.asked = self.asked, []
+                now = batch[0].now
+                try:
+                    won = start_sends([(one.entry.command.pk, one.entry.attempt) for one in batch], now)
+                except Exception:
+                    # Nothing was sent: the recorder undoes the starts should the statement have
+                    # committed unseen, and puts the items back at the head of the queue (Unstarted).
+                    logger.exception("starting %s commands failed", len(batch))
+                    connections.close_all()
+                    won = None
+                for one in batch:
+                    key = (one.entry.command.pk, one.entry.attempt)
+                    if won is None:
+                        one.won, one.stamp = None, now
+                    else:
+                        one.won = key in won
+                        won.discard(key)  # of two items for one attempt in the statement, one sends
+                    one.answered.set()
+        finally:
             connections.close_all()
-            won = None
-        for one in batch:
-            key = (one.entry.command.pk, one.entry.attempt)
-            if won is None:
-                one.won, one.stamp = None, now
-                continue
-            one.won = key in won
-            won.discard(key)  # of two items for one attempt in the statement, one sends
+
+    def close(self) -> None:
+        """Answer what was asked, and end the thread (once no sender asks any more)."""
         with self.lock:
-            if self.asked:
-                successor = self.asked.pop(0)  # makes the next statement, for everyone waiting
-                successor.leads = True
-                successor.answered.set()
-            else:
-                self.running -= 1
-        for one in batch[1:]:
-            one.answered.set()
-        return Unstarted(ask.stamp) if ask.won is None else bool(ask.won)
+            self.closing = True
+            self.changed.notify_all()
+        for thread in self.threads:
+            thread.join()
 
 
 @dataclass(eq=False)
 class _Ask:
     entry: _Entry
-    leads: bool = False
+    now: datetime
     won: bool | None = None  # None once answered: the statement failed
     stamp: datetime | None = None  # the failed statement's time, as it would have stamped the start
     answered: threading.Event = field(default_factory=threading.Event)
@@ -744,6 +760,7 @@ class _Senders:
             self.work.notify_all()
         for thread in self.threads:
             thread.join()
+        self.starts.close()  # after the senders: none asks any more
 
 
 class _Recorder:

@@ -456,3 +456,29 @@ def test_a_round_on_the_redis_queue_sends_after_commit_and_recovers_lost_items(
     assert summary.recovered.lost_requeued == 1
     lost.refresh_from_db()
     assert (lost.state, sink.counts[str(lost.pk)]) == (State.SUCCEEDED, 1)
+
+
+def test_sends_in_flight_hold_no_database_connection_each(make_connector, make_command, queue, sink):
+    from django.db.backends.signals import connection_created
+
+    sink.delay = 0.1
+    for n in range(4):
+        connector = make_connector(f"c{n}", url=sink.url, max_in_flight=8)
+        for _ in range(8):
+            make_command(connector)
+    dispatch.sweep()
+    connections.close_all()
+    opened: list[str] = []
+
+    def count(sender, connection, **kwargs):
+        opened.append(threading.current_thread().name)
+
+    connection_created.connect(count)
+    try:
+        with dispatch.Dispatcher(concurrency=32, per_connector=1, queue=queue) as dispatcher:
+            assert dispatcher.drain().results == {"succeeded": 32}
+    finally:
+        connection_created.disconnect(count)
+    assert sink.max_in_flight == 32
+    # The dispatcher's own thread (claims), one that starts sends, one that records their outcomes.
+    assert sorted(opened) == sorted([threading.current_thread().name, "start-0", "record"])
