@@ -278,8 +278,10 @@ ANKUSA_DISPATCH_INTERVAL_S = env_float("ANKUSA_DISPATCH_INTERVAL_S", 30.0, minim
 # drains them: intake queues the commands it accepts itself, and they should not wait for a round.
 ANKUSA_DISPATCH_POLL_S = env_float("ANKUSA_DISPATCH_POLL_S", 1.0, minimum=0.05)
 ANKUSA_DISPATCH_BATCH = env_int("ANKUSA_DISPATCH_BATCH", 100, minimum=1, maximum=10_000)
-ANKUSA_DISPATCH_CONCURRENCY = env_int("ANKUSA_DISPATCH_CONCURRENCY", 16, minimum=1, maximum=512)
-ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 4, minimum=1, maximum=512)
+# Senders wait on receivers and hold no database connection: a receiver answering in a second gets
+# tens of sends a second from one dispatch process by default.
+ANKUSA_DISPATCH_CONCURRENCY = env_int("ANKUSA_DISPATCH_CONCURRENCY", 64, minimum=1, maximum=2000)
+ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 40, minimum=1, maximum=2000)
 # A bulk resend's due times are spread at this many commands per second, with jitter.
 ANKUSA_RESEND_PER_S = env_float("ANKUSA_RESEND_PER_S", 10.0, minimum=0.01, maximum=10_000)
 ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)

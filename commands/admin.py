@@ -220,6 +220,7 @@ class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
             {"fields": ["url", "method", "headers", "connect_timeout_s", "read_timeout_s", "status_map"]},
         ),
         ("Credential", {"fields": ["secret_header", "secret_set", "secret", "clear_secret"]}),
+        ("Pacing, per dispatch process", {"fields": ["max_in_flight", "max_per_s"]}),
         (None, {"fields": ["updated_at"]}),
     ]
 

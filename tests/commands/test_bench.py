@@ -1,5 +1,6 @@
-"""``bench/dispatch.py``, ``bench/intake.py``, ``bench/intake_ops.py`` and ``bench/intake_ab.py`` still
-run, short, and end with their JSON line (smoke tests, not measurements)."""
+"""``bench/dispatch.py``, ``bench/intake.py``, ``bench/intake_ops.py``, ``bench/intake_ab.py`` and
+``bench/slow_receivers.py`` (PostgreSQL) still run, short, and end with their JSON line (smoke
+tests, not measurements)."""
 
 import json
 import os
@@ -71,3 +72,14 @@ def test_the_gunicorn_settings_comparison_runs_in_quick_mode_and_every_2xx_was_s
     assert figures["webhook_cpu_candidate_vs_baseline_sqlite"] > 0
     assert set(figures["cpu_ms_webhook_sqlite"]) == {"baseline", "candidate"}
     assert ("webhook_cpu_candidate_vs_baseline" in figures) == database.startswith("postgres")
+
+
+@pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"), reason="PostgreSQL only")
+def test_the_slow_receivers_benchmark_runs_in_quick_mode_and_loses_nothing(service_env):
+    figures = quick_figures(
+        "bench/slow_receivers.py", {**service_env, "DATABASE_URL": os.environ["DATABASE_URL"]}
+    )
+    runs = [figures, figures["d200"], figures["defaults"], figures["kill"]]
+    assert [(run["lost"], run["double_sent"]) for run in runs] == [(0, 0)] * 4
+    assert figures["quick"] is True
+    assert max(run["db_connections_max"] for run in runs[:3]) <= 8
