@@ -375,6 +375,9 @@ def finish_sends(ids: list[int], attempt: int, event: str, now: datetime, change
     The conditional UPDATE of ``CommandQuerySet.transition``, with the target from the same table,
     written out because the ORM's compilation of it costs about 1 ms of CPU per batch (measured).
     """
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's conditional update this stands for
+        rows = Command.objects.filter(pk__in=ids, state=State.DISPATCHING, attempts=attempt)
+        return rows.update(state=next_state(State.DISPATCHING, event), state_changed_at=now, **changes)
     sql, params = finish_statement(ids, attempt, event, now, changes, connection)
     if connection.vendor == "postgresql":
         return execute_prepared(connection, sql, params)[1]
@@ -388,9 +391,6 @@ def finish_statement(
 ) -> tuple[str, list]:
     """The SQL of :func:`finish_sends` on the connection ``db``, and its parameters."""
     target = next_state(State.DISPATCHING, event)
-    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's conditional update this stands for
-        rows = Command.objects.filter(pk__in=ids, state=State.DISPATCHING, attempts=attempt)
-        return rows.update(state=target, state_changed_at=now, **changes)
     fields = [Command._meta.get_field(name) for name in changes]
     assignments = "".join(f", {db.ops.quote_name(field.column)} = %s" for field in fields)
     params = [target.value, db.ops.adapt_datetimefield_value(now)]
