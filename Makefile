@@ -36,12 +36,17 @@ run: $(VENV)/.installed
 	  --receiver-url http://127.0.0.1:$(PORT)/demo/receiver/ && \
 	exec $(PY) manage.py serve --bind 127.0.0.1:$(PORT)
 
-# The whole suite plus the linter and the type checker (its cache in var/mypy_cache). Uses
-# DATABASE_URL / REDIS_URL when set.
+# The whole suite plus the linter and the type checker (its cache in var/mypy_cache), then the
+# intake and dispatch tests once more with every fast path turned back to stock Django
+# (ankusa_site/stock.py), which each is held to. Uses DATABASE_URL / REDIS_URL when set.
+STOCK_TESTS := tests/commands/test_intake_hooks.py tests/commands/test_intake_api.py \
+	tests/commands/test_intake_json.py tests/commands/test_dispatch.py \
+	tests/commands/test_dispatch_statements.py tests/commands/test_dispatch_outcomes.py
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .
 	$(PY) -m pytest $(PYTEST_ARGS)
+	ANKUSA_STOCK_DJANGO=1 $(PY) -m pytest -q $(STOCK_TESTS)
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

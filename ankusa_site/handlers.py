@@ -11,6 +11,8 @@ included, and every error under ``/api/`` and ``/hooks/`` is JSON, ``DEBUG`` or 
 never calls, an async-only one (the site does not start until it is skipped), or one that routes by
 ``request.urlconf`` (a 500). ``ankusa_site.wsgi`` serves with :class:`SiteWSGIHandler`; the tests'
 ``client`` fixture uses the same shortcut (``tests.conftest.SiteClient``).
+``ANKUSA_STOCK_DJANGO=handler`` (``ankusa_site.stock``) turns the shortcut off: every request
+then goes Django's way, JSON errors kept.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.utils.module_loading import import_string
 
 from ankusa_site.answers import error, wants_json
+from ankusa_site.stock import stock
 
 # The paths of ``commands.hooks.receive`` in ``ankusa_site.urls`` (``<str:…>`` is ``[^/]+``).
 HOOK_PATH = re.compile(r"/hooks/([^/]+)/([^/]+)/?")
@@ -132,6 +135,8 @@ class HookShortcut:
     around either (the urlconf, closing the request, the 4xx/5xx log line)."""
 
     def load_middleware(self, is_async=False):
+        if stock("handler"):  # ANKUSA_STOCK_DJANGO: webhooks go Django's way too
+            return super().load_middleware(is_async)
         # First: a refusal leaves the handler unloaded, and the test client tries again next time.
         hook = _chain(hook_middleware(), _hook)
         super().load_middleware(is_async)

@@ -9,6 +9,8 @@ Django's exception classes (``IntegrityError`` …, via ``wrap_database_errors``
 ``connection.queries`` when queries are logged. Statements must be written with ``%s``
 placeholders and passed their parameters as Python values (a ``datetime``, a list for an array),
 never pre-adapted strings.
+``ANKUSA_STOCK_DJANGO=prepared`` (``ankusa_site.stock``) runs the same statements through
+Django's cursor instead: the reference the prepared way is held to.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import psycopg
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import ExecStatus
+
+from ankusa_site.stock import stock
 
 TUPLES_OK = ExecStatus.TUPLES_OK
 
@@ -36,6 +40,11 @@ def execute_prepared(connection: BaseDatabaseWrapper, sql: str, params: list) ->
     connection's life: a new cursor costs more than the Python side of the statement itself.
     """
     db = connections[connection.alias]
+    if stock("prepared"):  # ANKUSA_STOCK_DJANGO: Django's own cursor, bound on the client
+        with db.cursor() as django_cursor:
+            django_cursor.execute(sql, params)
+            rows = django_cursor.fetchall() if django_cursor.description is not None else []
+            return rows, django_cursor.rowcount
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()

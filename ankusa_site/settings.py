@@ -18,6 +18,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ankusa_site import stock
 from ankusa_site.env import (
     env_bool,
     env_choice,
@@ -125,8 +126,13 @@ TEMPLATES = [
     },
 ]
 
+# Which fast paths run Django's stock way instead (ankusa_site.stock): none by default.
+ANKUSA_STOCK_DJANGO = stock.parse(env_str("ANKUSA_STOCK_DJANGO", "0"))
 DATABASES = {
-    "default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ankusa.sqlite3'}", base_dir=BASE_DIR),
+    "default": stock.stock_engine(
+        env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ankusa.sqlite3'}", base_dir=BASE_DIR),
+        ANKUSA_STOCK_DJANGO,
+    ),
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -172,6 +178,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One way to write a time in the console, with its zone: 2026-12-01 13:28:01 UTC.
+FORMAT_MODULE_PATH = ["ankusa_site.formats"]
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -210,7 +218,13 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,  # write-only secrets appear in requests, never in responses
-    "ENUM_NAME_OVERRIDES": {"OutlookEnum": "commands.retry.Outlook"},
+    # Two choice sets share the name skip_reason: the stored reason, and the wider "why it waits"
+    # that the list filters by (after-fix, resend-pending, none besides the stored ones).
+    "ENUM_NAME_OVERRIDES": {
+        "OutlookEnum": "commands.retry.Outlook",
+        "SkipReasonEnum": "commands.retry.SkipReason",
+        "WaitsForEnum": "commands.api.WAIT_CHOICES",
+    },
     # Every operation also declares the JSON errors any of them may answer (400/401/403/404/415).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -233,6 +247,9 @@ ANKUSA_CLAIM_TTL_MS = env_int("ANKUSA_CLAIM_TTL_MS", 72 * 3600 * 1000, minimum=1
 # A holder commits in milliseconds; 30 s is long enough that a slow commit is not overtaken and
 # short enough that a provider's first retry after a crashed node is accepted.
 ANKUSA_CLAIM_PENDING_TTL_MS = env_int("ANKUSA_CLAIM_PENDING_TTL_MS", 30_000, minimum=100)
+# With the fleet store, settle a webhook's claim after its 202 (batched per process: one round trip
+# for many) rather than before it (limits.store.settling). Off: settled before the answer.
+ANKUSA_SETTLE_AFTER_ANSWER = env_bool("ANKUSA_SETTLE_AFTER_ANSWER", True)
 # After this many consecutive fleet failures the breaker opens and calls go straight to the
 # node store for ANKUSA_FLEET_BREAKER_COOLDOWN_MS, then one call probes Redis again.
 ANKUSA_FLEET_BREAKER_THRESHOLD = env_int("ANKUSA_FLEET_BREAKER_THRESHOLD", 3, minimum=1)
@@ -261,8 +278,10 @@ ANKUSA_DISPATCH_INTERVAL_S = env_float("ANKUSA_DISPATCH_INTERVAL_S", 30.0, minim
 # drains them: intake queues the commands it accepts itself, and they should not wait for a round.
 ANKUSA_DISPATCH_POLL_S = env_float("ANKUSA_DISPATCH_POLL_S", 1.0, minimum=0.05)
 ANKUSA_DISPATCH_BATCH = env_int("ANKUSA_DISPATCH_BATCH", 100, minimum=1, maximum=10_000)
-ANKUSA_DISPATCH_CONCURRENCY = env_int("ANKUSA_DISPATCH_CONCURRENCY", 16, minimum=1, maximum=512)
-ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 4, minimum=1, maximum=512)
+# Senders wait on receivers and hold no database connection: a receiver answering in a second gets
+# tens of sends a second from one dispatch process by default.
+ANKUSA_DISPATCH_CONCURRENCY = env_int("ANKUSA_DISPATCH_CONCURRENCY", 64, minimum=1, maximum=2000)
+ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 40, minimum=1, maximum=2000)
 # A bulk resend's due times are spread at this many commands per second, with jitter.
 ANKUSA_RESEND_PER_S = env_float("ANKUSA_RESEND_PER_S", 10.0, minimum=0.01, maximum=10_000)
 ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)

@@ -20,7 +20,25 @@ length (``--seconds``, 3 by default; ``--rounds`` of each, 6) and keeping each k
 own ``X-GitHub-Delivery``: verified, admitted (quota + claim), stored as a delivery with one command,
 queued, the claim settled.
 
+On the same server, in the same rounds, a third kind: the same signed webhooks to the receiver a
+Django team would write without Ankusa (``bench/obvious_django.py``: DRF, django-ratelimit on the
+same Redis, ``get_or_create`` and the ORM in one transaction). And beside the site's server, one
+gunicorn per variant, driven with the same webhooks in each round: ``ANKUSA_STOCK_DJANGO`` for
+every value of ``--stock`` (by default ``all``, then each layer alone: ``handler``, ``prepared``,
+``sql``, ``backend``), and, with the fleet store, ``ANKUSA_SETTLE_AFTER_ANSWER=0`` (the claim
+settled before the answer, one round trip per webhook).
+
 Figures (the JSON line at the end):
+
+* ``intake_vs_obvious_django`` (and ``_sqlite``) — accepted webhooks/s, ours ÷ the obvious
+  receiver's, best rounds (target ≥ 2.0); ``_paired``: the median of the same within each round;
+  ``obvious_vs_bare_view``: the peer's own ratio to the bare view;
+* for each variant (``stock``, ``stock_handler`` … ``settle_in_request``): ``intake_vs_bare_view_<v>``,
+  ``p50_ms_<v>``, ``p99_ms_<v>`` and ``<v>_buys`` — the site's accepted webhooks/s ÷ the variant's:
+  what the fast path (or settling after the answer) buys, above 1 when it buys anything;
+* ``..._worker_cpu`` beside those: the same comparison made with the gunicorn workers' own CPU
+  per webhook (median over rounds; the other's ÷ ours, above 1 when ours costs less) — on a shared
+  machine throughput moves with the neighbours' load, a worker's CPU per request much less;
 
 * ``intake_vs_bare_view`` — accepted webhooks/s ÷ bare view requests/s, PostgreSQL + fleet store
   (target ≥ 0.35); ``intake_vs_bare_view_sqlite`` — the same on SQLite with the local store;
@@ -258,13 +276,15 @@ def signature(body: bytes) -> str:
     return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
 
 
-def webhooks(port: int, tenant: str, n: int) -> list[bytes]:
+def webhooks(port: int, tenant: str, n: int, prefix: str = "/hooks") -> list[bytes]:
+    """``n`` GitHub-signed webhooks to the bench source, each with its own delivery id, under
+    ``prefix`` (``/hooks``: the intake; ``/bench/obvious``: the peer)."""
     body = BODY.encode()
     signed = signature(body)
     return [
         raw_post(
             port,
-            f"/hooks/{tenant}/orders/",
+            f"{prefix}/{tenant}/orders/",
             {
                 "Content-Type": "application/json",
                 "X-GitHub-Event": "push",
@@ -364,44 +384,121 @@ def one_round(server: Server, tenant: str, args) -> tuple[dict, dict]:
     return bare, drive(server.port, hooks, args.concurrency, workers, args.seconds)
 
 
+def hook_round(server: Server, tenant: str, args, prefix: str = "/hooks") -> dict:
+    """A round of webhooks, ``args.seconds`` long, to the intake or (``prefix``) the peer."""
+    hooks = webhooks(server.port, tenant, int(INTAKE_CAP_PER_S * args.seconds), prefix)
+    return drive(server.port, hooks, args.concurrency, server.workers(), args.seconds)
+
+
+def variants(name: str, args) -> dict[str, dict[str, str]]:
+    """The servers measured beside the site as deployed, each with what its environment changes:
+    every fast path back to stock Django, each layer alone, and (fleet store only) the claim
+    settled before the answer."""
+    found = {}
+    for layer in args.stock:
+        found["stock" if layer == "all" else f"stock_{layer}"] = {"ANKUSA_STOCK_DJANGO": layer}
+    if name == "postgres" and not args.quick:
+        found["settle_in_request"] = {"ANKUSA_SETTLE_AFTER_ANSWER": "0"}
+    return found
+
+
 def measure(name: str, env: dict, args) -> dict:
+    """Every kind of request in alternating rounds, one gunicorn per variant: the bare view, the
+    intake and the obvious Django receiver on the site's own server, then the intake on each
+    variant's; the best round of each kind."""
     tenant = prepare(env)
-    server = Server(env, args.workers, args.threads)
+    servers = {"fast": Server(env, args.workers, args.threads)}
     try:
-        warm_up(server, tenant, args.concurrency)
+        for variant, changes in variants(name, args).items():
+            servers[variant] = Server({**env, **changes}, args.workers, args.threads)
+        for server in servers.values():
+            warm_up(server, tenant, args.concurrency)
+        drive(
+            servers["fast"].port,
+            webhooks(servers["fast"].port, tenant, 200, "/bench/obvious"),
+            args.concurrency,
+        )
         # A fresh database has no planner statistics: give it those autovacuum would have, before
         # the statements are planned for good (prepared after a few runs).
         manage(env, "shell", "-c", ANALYZE)
-        best_bare, best_intake, accepted, statuses, paired = None, None, [], Counter(), []
+        best: dict[str, dict] = {}
+        accepted, statuses, paired = [], Counter(), {"bare": [], "obvious": []}
+        worker_cpu: dict[str, list[float]] = {}
         for _ in range(args.rounds):
-            bare, intake = one_round(server, tenant, args)
-            accepted += intake["accepted"]
-            statuses += intake["statuses"]
-            paired.append(intake["per_s"] / bare["per_s"])
-            if best_bare is None or bare["per_s"] > best_bare["per_s"]:
-                best_bare = bare
-            if best_intake is None or intake["per_s"] > best_intake["per_s"]:
-                best_intake = intake
+            bare, intake = one_round(servers["fast"], tenant, args)
+            rounds = {"bare": bare, "intake": intake}
+            rounds["obvious"] = hook_round(servers["fast"], tenant, args, "/bench/obvious")
+            for variant, server in servers.items():
+                if variant != "fast":
+                    rounds[variant] = hook_round(server, tenant, args)
+            paired["bare"].append(intake["per_s"] / bare["per_s"])
+            paired["obvious"].append(intake["per_s"] / rounds["obvious"]["per_s"])
+            for kind, result in rounds.items():
+                if kind != "bare":
+                    accepted += result["accepted"]
+                    statuses += result["statuses"]
+                if result["cpu_ms"].get("workers"):
+                    worker_cpu.setdefault(kind, []).append(result["cpu_ms"]["workers"])
+                if kind not in best or result["per_s"] > best[kind]["per_s"]:
+                    best[kind] = result
             print(
-                f"  {name}: bare {bare['per_s']:7.0f}/s {cpu_text(bare['cpu_ms'])}\n"
-                f"  {' ' * len(name)}  intake {intake['per_s']:5.0f}/s {cpu_text(intake['cpu_ms'])}"
-                f"  (this pair: {paired[-1]:.3f})",
+                f"  {name}: "
+                + "  ".join(f"{kind} {result['per_s']:.0f}/s" for kind, result in rounds.items())
+                + f"  (this pair: {paired['bare'][-1]:.3f} of bare, {paired['obvious'][-1]:.2f}x obvious)",
                 flush=True,
             )
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
     check = json.loads(manage(env, "shell", "-c", CHECK, stdin=json.dumps(accepted)).strip().splitlines()[-1])
     return {
-        "bare_per_s": best_bare["per_s"],
-        "intake_per_s": best_intake["per_s"],
-        "ratio": best_intake["per_s"] / best_bare["per_s"],
-        "paired": statistics.median(paired),
-        "p50_ms": best_intake["p50_ms"],
-        "p99_ms": best_intake["p99_ms"],
+        "bare_per_s": best["bare"]["per_s"],
+        "intake_per_s": best["intake"]["per_s"],
+        "ratio": best["intake"]["per_s"] / best["bare"]["per_s"],
+        "paired": statistics.median(paired["bare"]),
+        "paired_obvious": statistics.median(paired["obvious"]),
+        "p50_ms": best["intake"]["p50_ms"],
+        "p99_ms": best["intake"]["p99_ms"],
         "answers": dict(statuses),
         "accepted_not_stored": check["missing"],
-        "cpu_ms": {"bare": best_bare["cpu_ms"], "intake": best_intake["cpu_ms"]},
+        "cpu_ms": {"bare": best["bare"]["cpu_ms"], "intake": best["intake"]["cpu_ms"]},
+        # The gunicorn workers' own CPU per request, median over rounds: unlike throughput, it
+        # hardly moves with what else the shared machine runs.
+        "worker_cpu_ms": {kind: statistics.median(ms) for kind, ms in worker_cpu.items()},
+        "others": {
+            kind: {"per_s": r["per_s"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
+            for kind, r in best.items()
+            if kind not in ("bare", "intake")
+        },
     }
+
+
+def peer_figures(result: dict | None, suffix: str) -> dict:
+    """The JSON keys of the peer and the variants: ``intake_vs_obvious_django`` (ours ÷ the obvious
+    receiver, accepted webhooks/s; and its paired median), and for each variant its throughput over
+    the bare view (``intake_vs_bare_view_<variant>``), p50/p99, and what the fast way buys over it
+    (``<variant>_buys``: ours ÷ the variant's)."""
+    if result is None:
+        return {}
+    others = result["others"]
+    figures = {
+        f"intake_vs_obvious_django{suffix}": round(result["intake_per_s"] / others["obvious"]["per_s"], 3),
+        f"intake_vs_obvious_django_paired{suffix}": round(result["paired_obvious"], 3),
+        f"obvious_vs_bare_view{suffix}": round(others["obvious"]["per_s"] / result["bare_per_s"], 3),
+    }
+    cpu = result["worker_cpu_ms"]
+    if cpu.get("intake") and cpu.get("obvious"):
+        figures[f"intake_vs_obvious_django_worker_cpu{suffix}"] = round(cpu["obvious"] / cpu["intake"], 3)
+    for kind, other in others.items():
+        if kind == "obvious":
+            continue
+        if cpu.get("intake") and cpu.get(kind):
+            figures[f"{kind}_buys_worker_cpu{suffix}"] = round(cpu[kind] / cpu["intake"], 3)
+        figures[f"intake_vs_bare_view_{kind}{suffix}"] = round(other["per_s"] / result["bare_per_s"], 3)
+        figures[f"p50_ms_{kind}{suffix}"] = round(other["p50_ms"], 1)
+        figures[f"p99_ms_{kind}{suffix}"] = round(other["p99_ms"], 1)
+        figures[f"{kind}_buys{suffix}"] = round(result["intake_per_s"] / other["per_s"], 3)
+    return figures
 
 
 def cpu_text(cpu_ms: dict) -> str:
@@ -489,6 +586,16 @@ def rounds_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def stock_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stock",
+        default=None,
+        type=lambda value: [v.strip() for v in value.split(",") if v.strip()],
+        help="ANKUSA_STOCK_DJANGO values measured beside the fast paths, each on its own server "
+        "(default: all of them at once, then each layer alone; with --quick, all at once); '' for none",
+    )
+
+
 def parse_rounds(parser: argparse.ArgumentParser) -> argparse.Namespace:
     args = parser.parse_args()
     if args.quick:
@@ -497,7 +604,11 @@ def parse_rounds(parser: argparse.ArgumentParser) -> argparse.Namespace:
 
 
 def main() -> None:
-    args = parse_rounds(rounds_parser(__doc__.splitlines()[0]))
+    parser = rounds_parser(__doc__.splitlines()[0])
+    stock_option(parser)
+    args = parse_rounds(parser)
+    if args.stock is None:
+        args.stock = ["all"] if args.quick else ["all", "handler", "prepared", "sql", "backend"]
 
     results = run_setups(args)
 
@@ -514,6 +625,19 @@ def main() -> None:
             f"{name:<10} {r['bare_per_s']:8.0f} {r['intake_per_s']:9.0f} {r['ratio']:6.2f} {r['paired']:7.2f} "
             f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f}  {r['answers']}"
         )
+    print(
+        f"\n{'set-up':<10} {'receiver':<20} {'webhooks/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'ours ÷ it':>9}"
+        f" {'worker CPU ms':>13}"
+    )
+    for name, r in results.items():
+        cpu = r["worker_cpu_ms"]
+        print(f"{name:<10} {'intake (ours)':<20} {r['intake_per_s']:10.0f} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f}"
+              f" {'':>9} {cpu.get('intake', 0):13.3f}")  # fmt: skip
+        for kind, other in r["others"].items():
+            print(
+                f"{name:<10} {kind:<20} {other['per_s']:10.0f} {other['p50_ms']:7.1f} {other['p99_ms']:7.1f} "
+                f"{r['intake_per_s'] / other['per_s']:9.2f} {cpu.get(kind, 0):13.3f}"
+            )
     pg, lite = results.get("postgres"), results.get("sqlite")
     figures = {
         "intake_vs_bare_view": round(pg["ratio"], 3) if pg else None,
@@ -528,6 +652,8 @@ def main() -> None:
         "intake_vs_bare_view_cpu_sqlite": cpu_ratio(lite) if lite else None,
         "cpu_ms": pg["cpu_ms"] if pg else None,
         "cpu_ms_sqlite": lite["cpu_ms"] if lite else None,
+        **peer_figures(pg, ""),
+        **peer_figures(lite, "_sqlite"),
         "accepted_not_stored": sum(r["accepted_not_stored"] for r in results.values()),
         "non_2xx": sum(n for r in results.values() for s, n in r["answers"].items() if not 200 <= s < 300),
         "quick": args.quick,

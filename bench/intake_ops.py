@@ -187,6 +187,7 @@ def recorded_round_trips(send):
 
     from commands import intake
     from limits.store import redis as redis_store
+    from limits.store import settling
 
     if connection.vendor != "postgresql":
         return None
@@ -206,6 +207,7 @@ def recorded_round_trips(send):
     redis_store._Pool.run, intake.execute_prepared = recording_run, recording_execute
     try:
         send()
+        settling.RETRIER.flush()  # the settles made after the answers, recorded too
     finally:
         redis_store._Pool.run, intake.execute_prepared = run, execute
     if len(answers) != 3:  # the claim, the settle, the statement: or not this set-up
@@ -213,7 +215,8 @@ def recorded_round_trips(send):
 
     @contextlib.contextmanager
     def replaying():
-        redis_store._Pool.run = lambda pool, commands, at: answers[script(commands)]
+        # A batch of settles gets as many replies as it has commands (the recording's first).
+        redis_store._Pool.run = lambda pool, commands, at: answers[script(commands)][:1] * len(commands)
         intake.execute_prepared = lambda db, sql, params: answers["statement"]
         try:
             yield

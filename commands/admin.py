@@ -9,15 +9,19 @@ saved. Deliveries and attempts are history.
 
 Commands: a state changes only through ``commands.actions`` (approve, resend, cancel, make a new
 command — ``admin_actions``), never through the form. The failed-command list (``FailedCommand``)
-says why each command waits and what to do (``admin_lists``); a command's page shows its attempts
-across resend copies, its payload, the connector to fix and the audit rows touching it. The audit
-list is read-only.
+says why each command waits and what to do (``admin_lists``); both command lists search through
+``commands.search``. A command's page offers the actions its dry run says can do something, each a
+button that posts its id to the command list's own action (so the same confirmation page, with
+the dry run, comes first), and shows its attempts across resend copies newest first, its payload,
+the connector to fix and the audit rows touching it. The connector list shows each connector at a
+glance (``commands.connector_glance``). The audit list is read-only; commands are never deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings
@@ -25,11 +29,12 @@ from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from ankusa_site.admin import ModelAdmin, parse_id
-from commands import adapters
+from ankusa_site.admin import GuardedChangeList, ModelAdmin, parse_id
+from commands import actions, adapters, connector_glance, search
 from commands.admin_actions import CommandActions
 from commands.admin_lists import (
     AgeFilter,
@@ -44,7 +49,7 @@ from commands.admin_lists import (
     reason_badge,
     short_error,
 )
-from commands.explain import URGENCY, explain, urgency, waiting_for
+from commands.explain import SKIP_REASONS, URGENCY, explain, urgency, waiting_for
 from commands.models import (
     OWN_CONNECTORS_ONLY,
     Attempt,
@@ -73,6 +78,95 @@ def without_secrets(model_admin, request, obj, fieldsets, secret_fields):
     ]
 
 
+class ConnectorChangeList(GuardedChangeList):
+    """The connector list, with each page's recent success rates read in one query."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        rates = connector_glance.success_rates([c.pk for c in self.result_list], timezone.now())
+        for connector in self.result_list:
+            connector.recent = rates.get(connector.pk)
+
+
+class DeletableWhileUnused:
+    """No delete button for a row its history still points at (commands and deliveries protect
+    their connector and source): Django's delete page would list every protecting row, then refuse.
+    The bulk delete stays, for unused rows; it refuses used ones the same way."""
+
+    protected_by: tuple[str, ...] = ()
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if obj is not None and any(getattr(obj, name).exists() for name in self.protected_by):
+            return False
+        return super().has_delete_permission(request, obj)
+
+
+def failed_list_url(**filters) -> str:
+    return reverse("admin:commands_failedcommand_changelist") + "?" + urlencode(filters)
+
+
+class ConnectorGlance:
+    """The connector list's columns and the same figures on its page (``commands.connector_glance``)."""
+
+    @admin.display(description="URL")
+    def short_url(self, connector: Connector) -> str:
+        return Truncator(connector.url).chars(48) or "-"
+
+    @admin.display(description="success, 24 h")
+    def success_rate(self, connector: Connector) -> str:
+        rate = getattr(connector, "recent", None)
+        return rate.text() if rate else "-"
+
+    @admin.display(description="failing", ordering="failing")
+    def failing_link(self, connector: Connector):
+        return format_html(
+            '<a href="{}">{}</a>',
+            failed_list_url(connector__id__exact=connector.pk),
+            connector_glance.capped(connector.failing),
+        )
+
+    @admin.display(description="waiting to go", ordering="waiting")
+    def waiting_link(self, connector: Connector):
+        url = (
+            reverse("admin:commands_command_changelist")
+            + "?"
+            + urlencode(
+                {"connector__id__exact": connector.pk, "state__in": ",".join(connector_glance.WAITING_STATES)}
+            )
+        )
+        return format_html('<a href="{}">{}</a>', url, connector_glance.capped(connector.waiting))
+
+    @admin.display(description="last error", ordering="last_failed_at")
+    def last_error_link(self, connector: Connector):
+        if connector.last_failed_at is None:
+            return "-"
+        return format_html(
+            '<a href="{}"><code>{}</code> {}</a> <span class="ankusa-when">{}</span>',
+            failed_list_url(
+                connector__id__exact=connector.pk, last_error_class=connector.last_error_class or ""
+            ),
+            connector.last_error_class or "?",
+            Truncator(connector.last_error or "").chars(60),
+            moment(connector.last_failed_at),
+        )
+
+    @admin.display(description="at a glance")
+    def glance(self, connector: Connector):
+        if connector.pk is None:
+            return "-"
+        connector = connector_glance.annotate(Connector.objects.filter(pk=connector.pk)).get()
+        connector.recent = connector_glance.success_rates([connector.pk], timezone.now()).get(connector.pk)
+        return format_html(
+            '<table class="ankusa-glance"><tr><th>success, 24 h</th><td>{}</td></tr>'
+            "<tr><th>failing</th><td>{}</td></tr><tr><th>waiting to go</th><td>{}</td></tr>"
+            "<tr><th>last error</th><td>{}</td></tr></table>",
+            self.success_rate(connector),
+            self.failing_link(connector),
+            self.waiting_link(connector),
+            self.last_error_link(connector),
+        )
+
+
 class ConnectorForm(forms.ModelForm):
     secret = forms.CharField(
         required=False,
@@ -96,21 +190,37 @@ class ConnectorForm(forms.ModelForm):
 
 
 @admin.register(Connector)
-class ConnectorAdmin(ModelAdmin):
+class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
+    """Connectors, each with how it has been doing (``connector_glance``): a few annotations and one
+    query per page, whatever the number of commands."""
+
     form = ConnectorForm
-    list_display = ["name", "tenant", "kind", "enabled", "idempotent", "secret_set", "updated_at"]
+    protected_by = ("commands",)
+    list_display = [
+        "name",
+        "tenant",
+        "short_url",
+        "enabled",
+        "idempotent",
+        "secret_set",
+        "success_rate",
+        "failing_link",
+        "waiting_link",
+        "last_error_link",
+    ]
     list_filter = ["kind", "enabled", "idempotent"]
     list_select_related = ["tenant"]
     search_fields = ["name", "url", "tenant__slug"]
     autocomplete_fields = ["tenant"]
-    readonly_fields = ["secret_set", "problems", "updated_at"]
+    readonly_fields = ["secret_set", "problems", "glance", "updated_at"]
     fieldsets = [
-        (None, {"fields": ["tenant", "name", "kind", "enabled", "idempotent", "problems"]}),
+        (None, {"fields": ["tenant", "name", "kind", "enabled", "idempotent", "problems", "glance"]}),
         (
             "HTTP",
             {"fields": ["url", "method", "headers", "connect_timeout_s", "read_timeout_s", "status_map"]},
         ),
         ("Credential", {"fields": ["secret_header", "secret_set", "secret", "clear_secret"]}),
+        ("Pacing, per dispatch process", {"fields": ["max_in_flight", "max_per_s"]}),
         (None, {"fields": ["updated_at"]}),
     ]
 
@@ -127,7 +237,13 @@ class ConnectorAdmin(ModelAdmin):
         if reconsidered is not None and (reconsidered.going or reconsidered.parked):
             self.message_user(request, reconsidered.summary(), messages.INFO)
 
-    @admin.display(description="secret")
+    def get_queryset(self, request):
+        return connector_glance.annotate(super().get_queryset(request))
+
+    def get_changelist(self, request, **kwargs):
+        return ConnectorChangeList
+
+    @admin.display(description="stored secret")
     def secret_set(self, obj: Connector) -> str:
         return "set" if obj.secret else "not set"
 
@@ -194,14 +310,21 @@ class SourceForm(forms.ModelForm):
 
 
 @admin.register(Source)
-class SourceAdmin(ModelAdmin):
+class SourceAdmin(DeletableWhileUnused, ModelAdmin):
     form = SourceForm
+    protected_by = ("commands", "deliveries")
     list_display = ["slug", "tenant", "verifier", "secrets_set", "dedupe_key", "needs_approval"]
     list_filter = ["verifier", "needs_approval"]
     list_select_related = ["tenant"]
     search_fields = ["slug", "tenant__slug"]
     autocomplete_fields = ["tenant"]
     filter_horizontal = ["connectors"]
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        if db_field.name == "connectors":  # each is named tenant/name: one query, not one per connector
+            kwargs["queryset"] = Connector.objects.select_related("tenant")
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
+
     readonly_fields = ["secrets_set", "hook_url"]
     fieldsets = [
         (None, {"fields": ["tenant", "slug", "hook_url", "connectors", "needs_approval"]}),
@@ -268,6 +391,15 @@ DETAIL_FIELDS = ["why_in_full", "age", "connector_link", "pretty_payload", "hist
 # A resend chain longer than this is shown cut: no person makes 50 copies of one instruction.
 MAX_CHAIN = 50
 AUDIT_SHOWN = 20
+# What the attempts table shows of a receiver's answer; the attempt's page has all it kept.
+EXCERPT_SHOWN = 160
+
+
+def resent_by(attempt: Attempt) -> str:
+    """Who sent it: the loop, or the person whose resend it was."""
+    if not attempt.manual:
+        return "the loop"
+    return f"resent by {attempt.manual_by.username}" if attempt.manual_by else "resent by a deleted user"
 
 
 def resend_chain(command: Command) -> list[Command]:
@@ -287,8 +419,9 @@ def resend_chain(command: Command) -> list[Command]:
 
 
 def moment(value) -> str:
-    """A time as staff read it in a table: to the second, in the site's time zone."""
-    return f"{timezone.localtime(value):%Y-%m-%d %H:%M:%S}" if value else "-"
+    """A time as staff read it anywhere in the console: to the second, in the site's time zone, named
+    (the ``DATETIME_FORMAT`` of ``ankusa_site/formats``)."""
+    return date_format(timezone.localtime(value), "DATETIME_FORMAT") if value else "-"
 
 
 class CommandDetail:
@@ -348,12 +481,15 @@ class CommandDetail:
             return "-"
         chain = resend_chain(command)
         attempts = {}
-        for attempt in Attempt.objects.filter(command__in=[c.pk for c in chain]).order_by(
-            "command", "number"
+        # Newest first, as a person reads a history: the latest copy and its latest attempt on top.
+        for attempt in (
+            Attempt.objects.filter(command__in=[c.pk for c in chain])
+            .select_related("manual_by")
+            .order_by("command", "-number")
         ):
             attempts.setdefault(attempt.command_id, []).append(attempt)
         rows = []
-        for copy in chain:
+        for copy in reversed(chain):
             link = format_html(
                 '<a href="{}">command {}</a>{}',
                 reverse("admin:commands_command_change", args=[copy.pk]),
@@ -363,7 +499,7 @@ class CommandDetail:
             origin = f"copy of {copy.resent_from_id}" if copy.resent_from_id else "original"
             rows.append(
                 format_html(
-                    '<tr class="ankusa-chain"><th colspan="8">{} — {}, {}, {} attempt(s)</th></tr>',
+                    '<tr class="ankusa-chain"><th colspan="9">{} — {}, {}, {} attempt(s)</th></tr>',
                     link,
                     origin,
                     copy.state,
@@ -374,8 +510,10 @@ class CommandDetail:
                 outcome = "ok" if a.ok else ("failed" if a.ok is False else "unknown")
                 rows.append(
                     format_html(
-                        "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-                        "<td><code>{}</code></td><td>{}</td></tr>",
+                        '<tr class="ankusa-attempt"><td><a href="{}">#{}</a></td><td>{}</td><td>{}</td>'
+                        "<td>{}</td><td>{}</td><td>{}</td><td><code>{}</code> {}</td>"
+                        '<td class="ankusa-excerpt">{}</td><td>{}</td></tr>',
+                        reverse("admin:commands_attempt_change", args=[a.pk]),
                         a.number,
                         moment(a.started_at),
                         moment(a.finished_at),
@@ -383,7 +521,9 @@ class CommandDetail:
                         a.outlook or "-",
                         a.status_code or "-",
                         a.error_class or "-",
-                        Truncator(a.error_message).chars(300),
+                        Truncator(a.error_message).chars(200),
+                        Truncator(a.response_excerpt).chars(EXCERPT_SHOWN) or "-",
+                        resent_by(a),
                     )
                 )
         header = format_html(
@@ -393,7 +533,17 @@ class CommandDetail:
                 "<th>{}</th>",
                 [
                     (h,)
-                    for h in ["#", "started", "finished", "outcome", "outlook", "status", "error", "message"]
+                    for h in [
+                        "#",
+                        "started",
+                        "finished",
+                        "outcome",
+                        "outlook",
+                        "status",
+                        "error",
+                        "answer (excerpt)",
+                        "sent by",
+                    ]
                 ],
             ),
         )
@@ -428,17 +578,68 @@ class CommandDetail:
             ),
         )
 
+    def command_actions(self, request, command: Command) -> list[dict]:
+        """The actions this person may take on ``command`` that its dry run says can do something,
+        each with that dry run. A button posts the command's id to the command list's own action,
+        so it goes through the same confirmation page (with the dry run) as a bulk action."""
+        offered = []
+        one = Command.objects.filter(pk=command.pk)
+        for verb, name, allowed in (
+            ("approve", "approve_selected", self.has_approve_permission(request)),
+            ("resend", "resend_selected", self.has_resend_permission(request)),
+            ("cancel", "cancel_selected", self.has_cancel_permission(request)),
+        ):
+            if not allowed:
+                continue
+            dry_run = actions.plan(verb, one)
+            possible = dry_run.will or (dry_run.need_override and self.has_override_permission(request))
+            if possible:
+                offered.append({"verb": verb, "action": name, "plan": dry_run.summary()})
+        return offered
+
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         # Offered only where it can work: a failed command (the page's own row says so).
         if obj is not None and obj.state == State.FAILED and self.has_new_command_permission(request):
             context["new_command_url"] = reverse(self._url_name("new_command"), args=[obj.pk])
+        if obj is not None:
+            context["command_actions"] = self.command_actions(request, obj)
+            # The command list's action, narrowed to this one command: after it, the list shows it.
+            context["command_actions_url"] = (
+                reverse("admin:commands_command_changelist") + f"?id__exact={obj.pk}"
+            )
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def changelist_view(self, request, extra_context=None):
+        # The explanation of each reason, once above the list (a row shows its badge, with the
+        # explanation as the badge's tooltip).
+        legend = [(key, explanation) for key, explanation in SKIP_REASONS.items()]
+        return super().changelist_view(request, {**(extra_context or {}), "reason_legend": legend})
+
+
+class CommandSearch:
+    """The lists' search box: id, idempotency key, connector name, tenant slug, payload text
+    (``commands.search``); the admin's own ``search_fields`` too, when ``also_search_fields``."""
+
+    search_help_text = (
+        "An id, an idempotency key, a connector's name, a tenant's slug, or text in the payload "
+        "(an order number)."
+    )
+    also_search_fields = False
+
+    def get_search_results(self, request, queryset, search_term):
+        if not search.terms(search_term):
+            return queryset, False
+        found = search.search(queryset, search_term)
+        if not self.also_search_fields:
+            return found, False
+        own, duplicates = super().get_search_results(request, queryset, search_term)
+        return found | own, duplicates
 
 
 COMMAND_COLUMNS = [
     "id",
     "tenant",
-    "connector",
+    "connector_name",
     "state",
     "why",
     "last_outlook",
@@ -448,11 +649,18 @@ COMMAND_COLUMNS = [
 
 
 @admin.register(Command)
-class CommandAdmin(CommandDetail, CommandActions, ModelAdmin):
+class CommandAdmin(CommandSearch, CommandDetail, CommandActions, ModelAdmin):
     list_display = [*COMMAND_COLUMNS, "created_at"]
-    list_filter = ["state", SkipReasonFilter, "last_outlook", AuditEntryFilter]
+    list_filter = [
+        "state",
+        SkipReasonFilter,
+        "tenant",
+        ("connector", ConnectorFilter),
+        "last_outlook",
+        AuditEntryFilter,
+    ]
     list_select_related = ["tenant", "connector"]
-    search_fields = ["=id", "idempotency_key"]
+    search_fields = ["=id"]  # the box; commands.search does the searching
     raw_id_fields = ["connector", "source", "delivery"]
     autocomplete_fields = ["tenant"]
     show_full_result_count = False
@@ -470,9 +678,16 @@ class CommandAdmin(CommandDetail, CommandActions, ModelAdmin):
             return ["tenant", "connector", "source", "delivery", "idempotency_key", "payload", *STATE_FIELDS]
         return ["tenant", "connector", "source", "delivery", "idempotency_key", *DETAIL_FIELDS, *STATE_FIELDS]
 
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # a command leaves by cancel (audited); its attempts would block a delete anyway
+
+    @admin.display(description="connector", ordering="connector__name")
+    def connector_name(self, command: Command) -> str:
+        return command.connector.name  # the tenant has its own column
+
 
 @admin.register(FailedCommand)
-class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
+class FailedCommandAdmin(CommandSearch, CommandDetail, CommandActions, ModelAdmin):
     """The failed-command list: why each waits and what to do, cheap on 100,000+ rows.
 
     Ordered by the partial index ``commands_failed_idx`` (skip_reason, -id) WHERE state = failed, so
@@ -480,11 +695,11 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     (``CappedPaginator``); every column reads the row and its tenant and connector (one join).
     """
 
+    # No state column: every row is failed (a 1280 px screen has no width to spare).
     list_display = [
         "id",
         "tenant",
         "connector_column",
-        "state",
         "why_first",
         "last_outlook",
         "attempts",
@@ -503,6 +718,7 @@ class FailedCommandAdmin(CommandDetail, CommandActions, ModelAdmin):
     ]
     list_select_related = ["tenant", "connector"]
     search_fields = ["=id", "=idempotency_key", "last_error", "last_error_class"]
+    also_search_fields = True  # the error text, besides commands.search
     show_full_result_count = False
     paginator = CappedPaginator
     list_per_page = 100
@@ -638,6 +854,7 @@ class AuditEntryAdmin(HistoryOnly, ModelAdmin):
 @admin.register(Attempt)
 class AttemptAdmin(HistoryOnly, ModelAdmin):
     list_display = ["command", *ATTEMPT_COLUMNS]
+    ordering = ["-id"]  # newest first
     list_filter = ["ok", "outlook"]
     list_select_related = ["command"]
     raw_id_fields = ["command"]
@@ -655,7 +872,7 @@ class DeliveryCommandInline(HistoryOnly, admin.TabularInline):
 @admin.register(Delivery)
 class DeliveryAdmin(HistoryOnly, ModelAdmin):
     list_display = ["id", "tenant", "source", "event_key", "size", "received_at"]
-    list_select_related = ["tenant", "source"]
+    list_select_related = ["tenant", "source__tenant"]
     # Exact matches only: the unique (event_key, tenant, source) index serves them, a LIKE would not.
     search_fields = ["=event_key", "=id"]
     show_full_result_count = False

@@ -191,7 +191,7 @@ class ConnectorSerializer(Owned):
         fields = [
             "id", "tenant", "name", "kind", "enabled", "idempotent", "url", "method", "headers",
             "connect_timeout_s", "read_timeout_s", "status_map", "secret_header", "secret", "secret_set",
-            "updated_at",
+            "max_in_flight", "max_per_s", "updated_at",
         ]  # fmt: skip
         extra_kwargs = {
             "connect_timeout_s": {"max_value": 3600},

@@ -3,7 +3,9 @@
 Read-only. Each figure is one GROUP BY query, never one per row or per state: commands by state,
 failed commands by why they wait (the badge's rule, ``admin_lists.waits_for``), and attempts that
 finished in the last 24 hours by hour and outcome. The queues come from ``queues.actions.overview``;
-a backend that fails (Redis down) is a line on the page, never an error page.
+a backend that fails (Redis down) is a line on the page, never an error page. Whether the dispatch
+loop is alive comes from ``commands.heartbeat`` (each process's last round, and a warning when none
+ran recently). The page reloads itself every ``REFRESH_S`` seconds.
 
 The chart is SVG made here, on the server, and inlined in the page: no JavaScript, no CDN, so the
 admin works offline. Outcomes: ``ok``; ``failed`` by the adapter's outlook (``again``,
@@ -24,6 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from commands import heartbeat
 from commands.admin_lists import NO_REASON, waits_for
 from commands.explain import SKIP_REASONS
 from commands.models import Attempt, Command
@@ -39,6 +42,7 @@ OUTCOMES = [
     ("unknown", "unknown", "#8a8a8a"),
 ]
 HOURS = 24
+REFRESH_S = 30
 
 
 def state_counts() -> list[tuple[str, str, int]]:
@@ -200,6 +204,9 @@ def dashboard(now: datetime | None = None) -> dict[str, Any]:
     hours = attempt_hours(now)
     queues = queue_rows()
     return {
+        "dispatch": heartbeat.status(now),
+        # The page reloads itself this often (a plain reload; the dashboard holds no form).
+        "refresh_s": REFRESH_S,
         "states": state_counts(),
         "reasons": reason_counts(),
         "queues": queues["queues"],

@@ -2,10 +2,12 @@
 
 * **sweep** — due commands go through ``retry.decide``: taken, ``→ queued`` with one item on the
   ``commands`` queue; skipped, the reason is written on the command.
-* **drain** — sender threads (``ANKUSA_DISPATCH_CONCURRENCY``, at most
-  ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector) each win ``queued → dispatching`` for the attempt
-  the sweep decided and send at once; a recorder thread writes each batch of outcomes in one
-  transaction, keeping them (or spooling them, ``commands.spool``) until written.
+* **drain** — sender threads (``ANKUSA_DISPATCH_CONCURRENCY``, at most a connector's
+  ``max_in_flight`` or ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector) each win ``queued →
+  dispatching`` for the attempt the sweep decided (one thread makes the starts asked for meanwhile)
+  and send at once; a recorder thread writes each batch of outcomes in one transaction, keeping
+  them (or spooling them, ``commands.spool``) until written. Senders never touch the database: a
+  process holds a few connections however many sends are in flight.
 * **recover** — a command ``dispatching`` past the visibility timeout becomes ``failed`` with no
   outlook; expired items go back to the queue; a ``queued`` command with no item gets one.
 
@@ -40,7 +42,8 @@ from django.utils import timezone
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
-from commands import adapters, retry, spool
+from ankusa_site.stock import stock
+from commands import adapters, heartbeat, retry, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -214,11 +217,38 @@ def sweep(
 # fifth of a command's whole budget. PostgreSQL gets the pairs as two arrays, so the text is the
 # same for any number of them and the server keeps it prepared (``ankusa_site.prepared``);
 # elsewhere a row-value test (SQLite >= 3.35 has row values and RETURNING).
+#
+# On PostgreSQL the hot statements on commands find their rows by primary key whatever the
+# statistics say (:func:`by_key`).
+def by_key(table: str, pairs: str, test: str) -> str:
+    """PostgreSQL: the row versions (``ctid``) of ``table`` that ``pairs`` (a table expression
+    whose rows are called ``wanted``, with an ``id``) name and that pass ``test`` (over ``found``,
+    the row, and ``wanted``), as an array for ``WHERE ctid = ANY(...)``.
+
+    One primary-key lookup per wanted row, whatever the statistics say: each is a subquery of its
+    own (a plan can only run it per row), and ``test`` must not match a partial index (write a
+    state test as ``(found.state || '') = …``), which leaves the primary key its only index. With
+    statistics gathered on an empty table, a join would walk the whole table, or a partial index
+    (the in-flight commands', the busy items') estimated at one row, for each statement. The
+    write then reads each row by its version (a TID scan); a row another transaction changed
+    meanwhile has a new version, so the write skips it, as a failed test would.
+    """
+    return (
+        f"ARRAY(SELECT (SELECT found.ctid FROM {table} AS found WHERE found.id = wanted.id AND {test})"
+        f" FROM {pairs})"
+    )
+
+
 START_SQL_POSTGRESQL = f"""
 UPDATE {Command._meta.db_table} AS command
 SET state = %s, state_changed_at = %s, attempts = command.attempts + 1
-FROM unnest(%s::bigint[], %s::integer[]) AS wanted(id, attempt)
-WHERE command.id = wanted.id AND command.state = %s AND command.attempts = wanted.attempt - 1
+WHERE command.ctid = ANY({
+    by_key(
+        Command._meta.db_table,
+        "unnest(%s::bigint[], %s::integer[]) AS wanted(id, attempt)",
+        "(found.state || '') = %s AND found.attempts = wanted.attempt - 1",
+    )
+})
 RETURNING command.id, command.attempts
 """
 START_SQL = f"""
@@ -237,9 +267,17 @@ def start_sends(wanted: list[tuple[int, int]], now: datetime) -> set[tuple[int, 
     """
     target = next_state(State.QUEUED, Event.START).value
     queued = State.QUEUED.value
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's conditional updates this stands for
+        won = set()
+        with transaction.atomic():
+            for pk, attempt in wanted:
+                rows = Command.objects.filter(pk=pk, state=queued, attempts=attempt - 1)
+                if rows.update(state=target, state_changed_at=now, attempts=F("attempts") + 1):
+                    won.add((pk, attempt))
+        return won
     if connection.vendor == "postgresql":
         ids, attempts = [pk for pk, _ in wanted], [attempt for _, attempt in wanted]
-        rows, _ = execute_prepared(connection, START_SQL_POSTGRESQL, [target, now, ids, attempts, queued])
+        rows, _ = execute_prepared(connection, START_SQL_POSTGRESQL, [target, now, queued, ids, attempts])
         return set(rows)
     params = [target, connection.ops.adapt_datetimefield_value(now), *(pk for pk, _ in wanted), queued]
     params += [value for pk, attempt in wanted for value in (pk, attempt - 1)]
@@ -319,20 +357,38 @@ def finish_sends(ids: list[int], attempt: int, event: str, now: datetime, change
     The conditional UPDATE of ``CommandQuerySet.transition``, with the target from the same table,
     written out because the ORM's compilation of it costs about 1 ms of CPU per batch (measured).
     """
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's conditional update this stands for
+        rows = Command.objects.filter(pk__in=ids, state=State.DISPATCHING, attempts=attempt)
+        return rows.update(state=next_state(State.DISPATCHING, event), state_changed_at=now, **changes)
+    sql, params = finish_statement(ids, attempt, event, now, changes, connection)
+    if connection.vendor == "postgresql":
+        return execute_prepared(connection, sql, params)[1]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def finish_statement(
+    ids: list[int], attempt: int, event: str, now: datetime, changes: dict, db
+) -> tuple[str, list]:
+    """The SQL of :func:`finish_sends` on the connection ``db``, and its parameters."""
     target = next_state(State.DISPATCHING, event)
     fields = [Command._meta.get_field(name) for name in changes]
-    assignments = "".join(f", {connection.ops.quote_name(field.column)} = %s" for field in fields)
-    params = [target.value, connection.ops.adapt_datetimefield_value(now)]
-    params += [field.get_db_prep_save(changes[field.name], connection) for field in fields]
+    assignments = "".join(f", {db.ops.quote_name(field.column)} = %s" for field in fields)
+    params = [target.value, db.ops.adapt_datetimefield_value(now)]
+    params += [field.get_db_prep_save(changes[field.name], db) for field in fields]
     update = f"UPDATE {Command._meta.db_table} SET state = %s, state_changed_at = %s{assignments} "
-    if connection.vendor == "postgresql":
-        # The ids as one array: the same text for any count (one per kind of change), kept prepared.
-        sql = update + "WHERE id = ANY(%s::bigint[]) AND state = %s AND attempts = %s"
-        return execute_prepared(connection, sql, [*params, ids, State.DISPATCHING.value, attempt])[1]
+    if db.vendor == "postgresql":
+        # The ids as one array: the same text for any count (one per kind of change), kept prepared,
+        # each looked up by primary key (by_key).
+        found = by_key(
+            Command._meta.db_table,
+            "unnest(%s::bigint[]) AS wanted(id)",
+            "(found.state || '') = %s AND found.attempts = %s",
+        )
+        return update + f"WHERE ctid = ANY({found})", [*params, State.DISPATCHING.value, attempt, ids]
     sql = update + f"WHERE id IN ({', '.join(['%s'] * len(ids))}) AND state = %s AND attempts = %s"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *ids, State.DISPATCHING.value, attempt])
-        return cursor.rowcount
+    return sql, [*params, *ids, State.DISPATCHING.value, attempt]
 
 
 def finish_recovered(pk: int, attempt: int, event: str, now: datetime, changes: dict) -> int:
@@ -428,6 +484,25 @@ def insert_attempts(sent: list[Sent]) -> None:
     """
     if not sent:
         return
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's bulk_create this stands for
+        Attempt.objects.bulk_create(
+            Attempt(
+                command_id=one.command.pk,
+                number=one.attempt,
+                started_at=one.started,
+                finished_at=one.finished,
+                ok=one.outcome.ok,
+                outlook=one.outcome.outlook or "",
+                status_code=one.outcome.status,
+                error_class=one.outcome.error_class,
+                error_message=one.outcome.detail if not one.outcome.ok else "",
+                response_excerpt=one.outcome.excerpt,
+                manual=one.command.resend_by_id is not None,
+                manual_by_id=one.command.resend_by_id,
+            )
+            for one in sent
+        )
+        return
     sql, others = _attempt_insert(connection.vendor)
     stamp = connection.ops.adapt_datetimefield_value
     defaults = {field.attname: field.get_db_prep_save(field.get_default(), connection) for field in others}
@@ -517,74 +592,89 @@ class _Entry:
 
 
 class _Starts:
-    """Makes the starts that senders ask for at about the same time in few statements.
+    """Makes the starts that senders ask for at about the same time in few statements, on a
+    connection of its own: a sender never touches the database, so the sends in flight cost no
+    database connection each, whatever their number.
 
-    A sender that asks while fewer than ``at_once`` statements are on their way makes one at
-    once, for itself; a sender that asks meanwhile waits, and when a statement is done the first
-    of those waiting makes the next one, for all of them. A start is asked for only by a sender
-    about to send, so what a statement starts goes out at once. Two statements at a time, because
-    each waits for its commit (milliseconds on a busy disk) and one at a time would cap the loop at
-    a batch per commit; more would make more, smaller statements, and each costs CPU.
+    One thread (``at_once``) makes the statements: each takes every ask waiting when the one before
+    it is done, so the statements grow with the load instead of their number. A start is asked for
+    only by a sender about to send, so what a statement starts goes out at once.
     """
 
-    at_once = 2
+    at_once = 1
 
     def __init__(self):
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         self.asked: list[_Ask] = []
-        self.running = 0
+        self.closing = False
+        self.threads: list[threading.Thread] = []  # started at the first ask
 
     def start(self, entry: _Entry, now: datetime) -> bool | Unstarted:
         """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`);
         ``Unstarted`` when the statement failed (the database did not answer): nothing may be sent.
 
-        A shared statement stamps its commands with the ``now`` of the sender that makes it,
+        A shared statement stamps its commands with the ``now`` of the first sender in it,
         milliseconds from each sender's own.
         """
-        ask = _Ask(entry)
+        ask = _Ask(entry, now)
         with self.lock:
-            leads = self.running < self.at_once
-            if leads:
-                self.running += 1
-            else:
-                self.asked.append(ask)
-        if not leads:
-            ask.answered.wait()
-            if not ask.leads:
-                return Unstarted(ask.stamp) if ask.won is None else bool(ask.won)
-        with self.lock:
-            batch, self.asked = [ask, *self.asked], []
+            if self.closing:  # no thread left to answer: not asked, so not sent
+                return Unstarted()
+            if not self.threads:
+                self.threads = [
+                    threading.Thread(target=self._run, name=f"start-{n}", daemon=True)
+                    for n in range(self.at_once)
+                ]
+                for thread in self.threads:
+                    thread.start()
+            self.asked.append(ask)
+            self.changed.notify()
+        ask.answered.wait()
+        return Unstarted(ask.stamp) if ask.won is None else ask.won
+
+    def _run(self) -> None:
         try:
-            won = start_sends([(one.entry.command.pk, one.entry.attempt) for one in batch], now)
-        except Exception:
-            # Nothing was sent: the recorder undoes the starts should the statement have
-            # committed unseen, and puts the items back at the head of the queue (Unstarted).
-            logger.exception("starting %s commands failed", len(batch))
+            while True:
+                with self.lock:
+                    while not self.asked and not self.closing:
+                        self.changed.wait()
+                    if not self.asked:
+                        return
+                    batch, self.asked = self.asked, []
+                now = batch[0].now
+                try:
+                    won = start_sends([(one.entry.command.pk, one.entry.attempt) for one in batch], now)
+                except Exception:
+                    # Nothing was sent: the recorder undoes the starts should the statement have
+                    # committed unseen, and puts the items back at the head of the queue (Unstarted).
+                    logger.exception("starting %s commands failed", len(batch))
+                    connections.close_all()
+                    won = None
+                for one in batch:
+                    key = (one.entry.command.pk, one.entry.attempt)
+                    if won is None:
+                        one.won, one.stamp = None, now
+                    else:
+                        one.won = key in won
+                        won.discard(key)  # of two items for one attempt in the statement, one sends
+                    one.answered.set()
+        finally:
             connections.close_all()
-            won = None
-        for one in batch:
-            key = (one.entry.command.pk, one.entry.attempt)
-            if won is None:
-                one.won, one.stamp = None, now
-                continue
-            one.won = key in won
-            won.discard(key)  # of two items for one attempt in the statement, one sends
+
+    def close(self) -> None:
+        """Answer what was asked, and end the thread (once no sender asks any more)."""
         with self.lock:
-            if self.asked:
-                successor = self.asked.pop(0)  # makes the next statement, for everyone waiting
-                successor.leads = True
-                successor.answered.set()
-            else:
-                self.running -= 1
-        for one in batch[1:]:
-            one.answered.set()
-        return Unstarted(ask.stamp) if ask.won is None else bool(ask.won)
+            self.closing = True
+            self.changed.notify_all()
+        for thread in self.threads:
+            thread.join()
 
 
 @dataclass(eq=False)
 class _Ask:
     entry: _Entry
-    leads: bool = False
+    now: datetime
     won: bool | None = None  # None once answered: the statement failed
     stamp: datetime | None = None  # the failed statement's time, as it would have stamped the start
     answered: threading.Event = field(default_factory=threading.Event)
@@ -598,6 +688,8 @@ class _Senders:
     sender that finishes takes its next send itself, without waiting for that thread.
     """
 
+    clock = staticmethod(time.monotonic)  # paces connectors with a rate; tests move it
+
     def __init__(self, size: int, per_connector: int, stop: threading.Event, recorder: _Recorder):
         self.per_connector = per_connector
         self.stop = stop
@@ -608,6 +700,8 @@ class _Senders:
         self.room = threading.Condition(self.lock)  # the dispatcher waits here for room to claim
         self.waiting: deque[_Entry] = deque()
         self.in_flight: Counter[int] = Counter()
+        self.next_due: dict[int, float] = {}  # connector -> when its next send is due (monotonic)
+        self.pace_wait: float | None = None
         self.halted = False  # the dispatcher stops: take nothing more
         self.closing = False
         self.low_water = (HELD_POOLS - CLAIM_POOLS - 1) * size  # below this, there is room to claim
@@ -618,16 +712,34 @@ class _Senders:
             thread.start()
 
     def _take(self) -> _Entry | None:
-        """The first waiting send whose connector has a free slot (called holding the lock)."""
+        """The first waiting send whose connector allows one more now: a free slot of its cap
+        (``Connector.max_in_flight``, else the site's per-connector cap) and, with a rate
+        (``Connector.max_per_s``), its next send due. Called holding the lock; sets ``pace_wait``
+        to how long until a send held back by its rate is due (None: none is)."""
+        self.pace_wait = None
         if self.halted or self.stop.is_set():
             return None
+        now = self.clock()
         for index, entry in enumerate(self.waiting):
-            if self.in_flight[entry.command.connector_id] < self.per_connector:
-                del self.waiting[index]
-                self.in_flight[entry.command.connector_id] += 1
-                if len(self.waiting) < self.low_water:
-                    self.room.notify()
-                return entry
+            connector = entry.command.connector
+            if self.in_flight[connector.pk] >= (connector.max_in_flight or self.per_connector):
+                continue
+            if connector.max_per_s:
+                due = self.next_due.get(connector.pk, now)
+                if due > now:
+                    wait = due - now
+                    self.pace_wait = wait if self.pace_wait is None else min(self.pace_wait, wait)
+                    continue
+                # Evenly spaced: the next one is due an interval after this one was due, so a sender
+                # waking late keeps the schedule; after an idle spell, one send of catch-up at most.
+                self.next_due[connector.pk] = (
+                    max(due, now - 1 / connector.max_per_s) + 1 / connector.max_per_s
+                )
+            del self.waiting[index]
+            self.in_flight[connector.pk] += 1
+            if len(self.waiting) < self.low_water:
+                self.room.notify()
+            return entry
         return None
 
     def _run(self) -> None:
@@ -637,7 +749,7 @@ class _Senders:
                     while (entry := self._take()) is None:
                         if self.closing:
                             return
-                        self.work.wait()
+                        self.work.wait(self.pace_wait)  # woken by a change, or when a paced send is due
                 started = timezone.now()
                 won = self.starts.start(entry, started)
                 sent: Sent | Unstarted | None = won if isinstance(won, Unstarted) else None
@@ -661,6 +773,7 @@ class _Senders:
             self.work.notify_all()
         for thread in self.threads:
             thread.join()
+        self.starts.close()  # after the senders: none asks any more
 
 
 class _Recorder:
@@ -945,7 +1058,7 @@ def load_for_sending(ids: list[int]) -> dict[int, Command]:
     ORM's own constructor for loaded rows): the queryset's compilation and its per-row iterator
     cost more CPU than the query, once per claimed batch. Elsewhere the queryset.
     """
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or stock("sql"):  # stock: ANKUSA_STOCK_DJANGO
         return Command.objects.defer(*BOOKKEEPING_FIELDS).in_bulk(ids)
     names, decode, sql = _sending_fields()
     commands = {}
@@ -1156,42 +1269,80 @@ class RecoverSummary:
     worker_lost: int = 0
     items_requeued: int = 0
     lost_requeued: int = 0
+    complete: bool = field(default=True, compare=False)  # False: stopped at its bound, more to do
+
+
+# Commands (or queue items) recovery settles per transaction: a backlog of thousands costs a few
+# dozen statements, and a bounded recovery looks at its bound between two of them.
+RECOVER_BATCH = 500
 
 
 def recover(
-    now: datetime | None = None, *, queue: ReliableFIFO | None = None, pending: set[int] = frozenset()
+    now: datetime | None = None,
+    *,
+    queue: ReliableFIFO | None = None,
+    pending: set[int] = frozenset(),
+    until: Callable[[], bool] = lambda: False,
+    batch: int | None = None,
 ) -> RecoverSummary:
-    """Settle what dead workers left behind (see the module docstring).
+    """Settle what dead workers left behind (see the module docstring), ``batch`` rows a
+    transaction.
 
     ``pending``: commands whose outcome the caller holds, not written yet (the database was down):
-    their worker is alive, so they are not lost, whatever their age.
+    their worker is alive, so they are not lost, whatever their age. ``until``: asked before each
+    batch; once it says True the recovery stops there (``complete`` False) and leaves the rest to
+    the next one — how ``--max-seconds`` and a stopping loop bound it. Every batch is whole.
     """
     now = now or timezone.now()
     queue = queue or commands_queue()
+    batch = batch or RECOVER_BATCH
     visibility = timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S)
     summary = RecoverSummary()
+
+    def bounded() -> bool:
+        if until():
+            summary.complete = False
+        return not summary.complete
 
     abandoned = Command.objects.filter(state=State.DISPATCHING, state_changed_at__lt=now - visibility)
     if pending:
         abandoned = abandoned.exclude(pk__in=pending)
-    for row in abandoned.values(*DECISION_FIELDS, "state_changed_at"):
-        decision = decide_for({**row, "state": State.FAILED, "last_outlook": None, "resend_by": None}, now)
+    after = 0
+    while not bounded():
         with transaction.atomic():
-            moved = Command.objects.filter(
-                pk=row["id"], attempts=row["attempts"], state_changed_at=row["state_changed_at"]
-            ).transition(
-                State.DISPATCHING,
-                Event.FAIL,
-                now,
-                last_outlook="",
-                last_error_class=WORKER_LOST,
-                last_error=WORKER_LOST_DETAIL,
-                resend_by=None,  # a resend is spent by its send, even one whose worker died
-                skip_reason=decision.skip or "",
-                skip_decided_at=now,
+            # Locked, so each row's decision holds until the batch commits; a row another recovery
+            # holds is its to settle.
+            rows = list(
+                abandoned.filter(pk__gt=after)
+                .order_by("pk")
+                .select_for_update(skip_locked=True, of=("self",))
+                .values(*DECISION_FIELDS, "state_changed_at")[:batch]
             )
-            if moved:
-                Attempt.objects.create(
+            if not rows:
+                break
+            after = rows[-1]["id"]
+            skips: dict[str, list[int]] = defaultdict(list)
+            for row in rows:
+                decision = decide_for(
+                    {**row, "state": State.FAILED, "last_outlook": None, "resend_by": None}, now
+                )
+                skips[decision.skip or ""].append(row["id"])
+            for skip, ids in skips.items():
+                moved = Command.objects.filter(pk__in=ids).transition(
+                    State.DISPATCHING,
+                    Event.FAIL,
+                    now,
+                    last_outlook="",
+                    last_error_class=WORKER_LOST,
+                    last_error=WORKER_LOST_DETAIL,
+                    resend_by=None,  # a resend is spent by its send, even one whose worker died
+                    skip_reason=skip,
+                    skip_decided_at=now,
+                )
+                if moved != len(ids):  # the rows are locked: anything else is a bug, so undo the batch
+                    raise RuntimeError(f"recovery moved {moved} of {len(ids)} locked commands")
+            Attempt.objects.bulk_create(
+                Attempt(
                     command_id=row["id"],
                     number=row["attempts"],
                     started_at=row["state_changed_at"],
@@ -1201,23 +1352,41 @@ def recover(
                     manual=row["resend_by"] is not None,
                     manual_by_id=row["resend_by"],
                 )
-                summary.worker_lost += 1
+                for row in rows
+            )
+            summary.worker_lost += len(rows)
+        if len(rows) < batch:
+            break
 
-    summary.items_requeued = len(queue.handle_expired(visibility, action="requeue"))
+    while not bounded():
+        expired = queue.handle_expired(visibility, action="requeue", limit=batch)
+        summary.items_requeued += len(expired)
+        if len(expired) < batch:
+            break
 
     # A queued command whose item would have been claimed by now, had it one: claims are strictly
     # FIFO, so its item would be older than the oldest one still waiting. The visibility timeout
     # is the slack between a state change and its enqueue (a commit apart, normally milliseconds).
     cutoff = now - visibility - (queue.age("main") or timedelta(0))
     lost = Command.objects.filter(state=State.QUEUED, state_changed_at__lt=cutoff)
-    for row in lost.values("id", "attempts", "state_changed_at"):
+    after = 0
+    while not bounded():
         with transaction.atomic():
-            # Touching state_changed_at keeps the next round from enqueuing it again.
-            if Command.objects.filter(
-                pk=row["id"], state=State.QUEUED, state_changed_at=row["state_changed_at"]
-            ).update(state_changed_at=now):
-                enqueue_with_commit(queue, [item_payload(row["id"], row["attempts"] + 1)])
-                summary.lost_requeued += 1
+            rows = list(
+                lost.filter(pk__gt=after)
+                .order_by("pk")
+                .select_for_update(skip_locked=True, of=("self",))
+                .values("id", "attempts")[:batch]
+            )
+            if not rows:
+                break
+            after = rows[-1]["id"]
+            # Touching state_changed_at keeps the next round from enqueuing them again.
+            Command.objects.filter(pk__in=[row["id"] for row in rows]).update(state_changed_at=now)
+            enqueue_with_commit(queue, [item_payload(row["id"], row["attempts"] + 1) for row in rows])
+            summary.lost_requeued += len(rows)
+        if len(rows) < batch:
+            break
     return summary
 
 
@@ -1225,7 +1394,8 @@ def recover(
 
 
 def recovery_line(r: RecoverSummary) -> str:
-    return f"recovered {r.worker_lost} lost sends, {r.items_requeued} expired items, {r.lost_requeued} lost items"
+    line = f"recovered {r.worker_lost} lost sends, {r.items_requeued} expired items, {r.lost_requeued} lost items"
+    return line if r.complete else f"{line} (stopped at its bound, the rest next time)"
 
 
 def keep_recovering(
@@ -1247,7 +1417,9 @@ def keep_recovering(
     while not stop.is_set():
         try:
             replay_spool(dispatcher.queue)  # a spooled outcome is written back, not taken for lost
-            summary = recover(queue=dispatcher.queue, pending=dispatcher.pending_commands())
+            summary = recover(
+                queue=dispatcher.queue, pending=dispatcher.pending_commands(), until=stop.is_set
+            )
         except Exception as exc:
             failures += 1
             if failures == 1:
@@ -1281,15 +1453,28 @@ class RoundSummary:
 
 
 def run_round(
-    dispatcher: Dispatcher, *, max_seconds: float | None = None, recovering: bool = True
+    dispatcher: Dispatcher,
+    *,
+    max_seconds: float | None = None,
+    recovering: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> RoundSummary:
     """Recover (unless ``recovering`` is False: a timer does it), then sweep and drain at once:
     recovery first, so a restart resumes in one round; the sweep in a thread of its own, so the
     drain sends what each sweep batch has queued (and committed) while the sweep decides on the
-    next, instead of waiting for the whole sweep."""
-    started = time.monotonic()
+    next, instead of waiting for the whole sweep. ``clock`` times the round (tests move it)."""
+    started = clock()
+    heartbeat.beat("loop")  # the dashboard's "is the loop alive"
     replay_spool(dispatcher.queue)  # before recovery, which would take the spooled sends for lost
-    recovered = recover(queue=dispatcher.queue, pending=dispatcher.pending_commands()) if recovering else None
+    recovered = None
+    if recovering:
+        # Bounded by the round's own bound (and a stop), a batch at a time.
+        deadline = None if max_seconds is None else started + max_seconds
+
+        def until() -> bool:
+            return dispatcher.stop.is_set() or (deadline is not None and clock() >= deadline)
+
+        recovered = recover(queue=dispatcher.queue, pending=dispatcher.pending_commands(), until=until)
     swept: list[SweepSummary] = []
     failed: list[BaseException] = []
     done = threading.Event()
@@ -1311,6 +1496,6 @@ def run_round(
         sweeper.join()
     if failed:
         raise failed[0]
-    seconds = time.monotonic() - started
+    seconds = clock() - started
     metrics.DISPATCH_ROUND.observe(seconds)
     return RoundSummary(recovered, swept[0], drained, seconds)

@@ -3,12 +3,14 @@ submission (``commands.intake_api``) — to turn an authenticated request into s
 
 ``submit(arrival)``: one store call (quota charges and the dedupe claim together; a refusal there
 spends and stores nothing), one write (the delivery, its commands, and for those born ``approved``
-the sweep's own move to ``queued`` with its queue item), then the claim settled as committed and
-only then a 202. Guaranteed: a 2xx is never given for something that is not stored — 202 follows a
-returned commit, and a duplicate answer comes from a claim settled after a commit or from the
-database's unique constraint (a delivery's ``(tenant, source, event_key)``, an API command's
-``(tenant, idempotency_key)``) with the stored original read back. A failed write releases the
-claim and answers 503 saying only what is known ("nothing was stored", or "the outcome is unknown").
+the sweep's own move to ``queued`` with its queue item), then a 202 and the claim settled as
+committed (with the fleet store after the answer, in one round trip with the process's other
+settles; until it lands a duplicate is answered 409, its retry 200). Guaranteed: a 2xx is never
+given for something that is not stored — 202 follows a returned commit, and a duplicate answer
+comes from a claim settled after a commit or from the database's unique constraint (a delivery's
+``(tenant, source, event_key)``, an API command's ``(tenant, idempotency_key)``) with the stored
+original read back. A failed write releases the claim and answers 503 saying only what is known
+("nothing was stored", or "the outcome is unknown").
 
 Not guaranteed: a node that dies while its statement waits may still have it stored (PostgreSQL
 finishes an autocommitted statement whose client is gone; the provider's retry is then a
@@ -34,13 +36,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import JSONField
+from django.db.models import JSONField, Value
 from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail
 from ankusa_site.prepared import execute_prepared
+from ankusa_site.stock import stock
 from commands import dispatch
 from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
@@ -196,9 +199,9 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
         # memory, or the claim expired). Answer with the stored original, if it can be read.
         original = _stored_original(arrival)
         if original is None:
-            _settle(claim, committed=False)
+            _settle(claim, store, committed=False)
             return Unavailable("the database refused it", headers)
-        _settle(claim, committed=True, record_id=original)
+        _settle(claim, store, committed=True, record_id=original)
         return Duplicated(original, headers)
     except Exception as exc:
         if committed:
@@ -209,7 +212,7 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
         else:
             # Released even when the write may be stored: a retry then inserts again, and the
             # unique constraint answers it as a duplicate of the stored row.
-            _settle(claim, committed=False)
+            _settle(claim, store, committed=False)
             if write.sent and not _refused_by_database(exc):
                 _log_failure("intake_outcome_unknown", arrival, exc, logging.ERROR)
                 return Unknown(arrival.dedupe_key is not None, arrival.is_webhook, headers)
@@ -218,7 +221,7 @@ def submit(arrival: Arrival, *, now: datetime | None = None, store: Store | None
                 "the database did not store it" if write.connected else "the database could not be reached"
             )
             return Unavailable(reason, headers)
-    _settle(claim, committed=True, record_id=record_id)
+    _settle(claim, store, committed=True, record_id=record_id)
     return Accepted(record_id, commands, headers)
 
 
@@ -265,7 +268,12 @@ def _store(arrival: Arrival, now: datetime, committed: list, write: _Write) -> t
     born = [_birth(state, idempotent, now) for _, idempotent in arrival.connectors]
     _connect()
     write.connected = True
-    if connection.vendor == "postgresql" and queue.backend == "database" and queue.using == connection.alias:
+    if (
+        connection.vendor == "postgresql"
+        and queue.backend == "database"
+        and queue.using == connection.alias
+        and not stock("sql")  # ANKUSA_STOCK_DJANGO: the ORM's writes below are the reference
+    ):
         return _store_in_one_statement(arrival, born, now, queue, committed, write)
     delivery = None
     if arrival.is_webhook:
@@ -469,6 +477,14 @@ def insert(objects: list) -> None:
     """
     if not objects:
         return
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's own, which this stands for
+        model = type(objects[0])
+        for obj in objects:  # a JSON ``null`` document, not SQL's NULL (see _db_value)
+            for f in model._meta.concrete_fields:
+                if isinstance(f, JSONField) and not f.null and getattr(obj, f.attname) is None:
+                    setattr(obj, f.attname, Value(None, JSONField()))
+        model.objects.bulk_create(objects)
+        return
     fields, sql = _insert_statement(type(objects[0]), len(objects), connection.vendor)
     params = [_db_value(field, getattr(obj, field.attname)) for obj in objects for field in fields]
     with connection.cursor() as cursor:
@@ -537,9 +553,9 @@ def _stored_original(arrival: Arrival) -> int | None:
         return None
 
 
-def _settle(claim, *, committed: bool, record_id: int | None = None) -> None:
-    if claim is not None:
-        admission.settle(claim, committed, command_id=record_id)
+def _settle(claim, store: Store | None, *, committed: bool, record_id: int | None = None) -> None:
+    if claim is not None:  # after the answer when the store's settle is a round trip (fleet)
+        admission.settle_after_answer(claim, committed, command_id=record_id, store=store)
 
 
 # --- what both endpoints share at the HTTP level ------------------------------------------------

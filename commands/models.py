@@ -31,13 +31,14 @@ made should not wait out the 10-minute re-check period, nor the next round.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.core.validators import MinValueValidator, URLValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models, transaction
 from django.db.models import F, Q
 from django.db.models.expressions import RawSQL
@@ -148,6 +149,13 @@ def validate_status_map(value) -> None:
             raise ValidationError(f"{outlook!r} is not an outlook; use one of {', '.join(Outlook.values)}.")
 
 
+# A connector's pacing bounds: in flight at once (a thread each, until sends are asynchronous), and
+# sends a second (one a minute to ten thousand).
+MAX_IN_FLIGHT = 1000
+MIN_PER_S = 1 / 60
+MAX_PER_S = 10_000
+
+
 class Connector(FixedOnceCreated, models.Model):
     fixed_fields = {"tenant": TENANT_FIXED}
 
@@ -184,6 +192,20 @@ class Connector(FixedOnceCreated, models.Model):
         help_text="The header that carries the credential, e.g. Authorization.",
     )
     secret = models.TextField(blank=True, help_text="The full header value. Never shown back.")
+    # Pacing: how hard one dispatch process may press this receiver (commands.dispatch).
+    max_in_flight = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_IN_FLIGHT)],
+        help_text="Sends to this receiver in flight at once, per dispatch process. "
+        "Empty: the site default (ANKUSA_DISPATCH_PER_CONNECTOR).",
+    )
+    max_per_s = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(MIN_PER_S), MaxValueValidator(MAX_PER_S)],
+        help_text="At most this many sends a second to this receiver, per dispatch process. Empty: no limit.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -193,7 +215,7 @@ class Connector(FixedOnceCreated, models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id}/{self.name}"
+        return f"{self.tenant.slug}/{self.name}"  # lists select the tenant with it
 
     def clean(self) -> None:
         # The secret and the URL are checked here rather than by field validators, which would need
@@ -212,6 +234,8 @@ class Connector(FixedOnceCreated, models.Model):
             errors["url"] = f"{problem[0].upper()}{problem[1:]}."
         elif problem := destination_problem(self.url):
             errors["url"] = f"{problem[0].upper()}{problem[1:]}."
+        if self.max_per_s is not None and not math.isfinite(self.max_per_s):
+            errors["max_per_s"] = "The rate must be a number of sends a second."  # NaN passes the bounds
         if self.secret_header and (problem := reserved_header_problem(self.secret_header)):
             errors["secret_header"] = f"{self.secret_header} {problem}."
         elif self.secret_header and isinstance(self.headers, dict):
@@ -304,7 +328,7 @@ class Source(FixedOnceCreated, models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id}/{self.slug}"
+        return f"{self.tenant.slug}/{self.slug}"  # lists select the tenant with it
 
     @property
     def initial_state(self) -> State:
@@ -408,7 +432,7 @@ class Delivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"delivery {self.pk} ({self.source_id}: {self.event_key or 'no key'})"
+        return f"delivery {self.pk} ({self.source.slug}: {self.event_key or 'no key'})"
 
 
 class CommandQuerySet(models.QuerySet):
@@ -556,6 +580,19 @@ class Command(models.Model):
                 name="commands_connector_fix_idx",
                 condition=Q(state=State.FAILED),
             ),
+            # The connector list: each connector's failed commands (a capped count) and its latest
+            # failure (last error and when), read newest first.
+            models.Index(
+                fields=["connector", "-state_changed_at"],
+                name="commands_connector_failed_idx",
+                condition=Q(state=State.FAILED),
+            ),
+            # The connector list: each connector's commands not sent yet (a capped count).
+            models.Index(
+                fields=["connector"],
+                name="commands_connector_waiting_idx",
+                condition=Q(state__in=[State.APPROVED, State.QUEUED]),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -635,3 +672,24 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.username} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class DispatcherHeartbeat(models.Model):
+    """One dispatch process (a ``manage.py dispatch`` loop or a Celery worker process) and the last
+    round it ran: written by ``commands.heartbeat.beat``, read by the dashboard."""
+
+    class Kind(models.TextChoices):
+        LOOP = "loop", "dispatch loop"
+        CELERY = "celery", "Celery worker"
+
+    name = models.CharField(max_length=200, unique=True, help_text="host:pid of the process.")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    started_at = models.DateTimeField(help_text="Its first round.")
+    last_round_at = models.DateTimeField(db_index=True)
+    rounds = models.PositiveBigIntegerField(default=1)
+
+    class Meta:
+        ordering = ["-last_round_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.name}"

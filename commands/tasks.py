@@ -21,7 +21,7 @@ from django.core.cache import caches
 from django.db import transaction
 from redis.exceptions import LockNotOwnedError
 
-from commands import dispatch, retention
+from commands import dispatch, heartbeat, retention
 
 
 def consume_after_commit() -> None:
@@ -31,6 +31,7 @@ def consume_after_commit() -> None:
 
 @shared_task(name="commands.sweep")
 def sweep() -> dict:
+    heartbeat.beat("celery")  # once per beat interval: the dashboard's "is the loop alive"
     summary = dispatch.sweep()
     if summary.taken:
         consume_after_commit()
@@ -44,8 +45,10 @@ NOTHING = {"claimed": 0, "results": {}}
 POLL_LOCK = "ankusa:dispatch:poll"
 # The poll lock lives this long unless renewed; its holder renews it every third of that while it
 # drains. A worker killed mid-drain therefore holds it this long at most: another worker's poll
-# drains within seconds, not after a whole drain's worth of time.
-POLL_LOCK_TTL_S = 5.0
+# drains within seconds, not after a whole drain's worth of time. Three seconds keep the others'
+# wait, plus a poll period and a send, inside the five a database restart may cost; a Redis that
+# stalls past it costs two drains at once for a moment, never a second send.
+POLL_LOCK_TTL_S = 3.0
 
 
 @shared_task(name="commands.consume")

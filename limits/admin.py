@@ -64,6 +64,18 @@ class TenantAdmin(ModelAdmin):
         # A slug is fixed once created: webhook URLs, bucket and claim keys hold it.
         return [*super().get_readonly_fields(request, obj), *(["slug"] if obj else [])]
 
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # A tenant's commands keep its history (their connectors and deliveries are protected): its
+        # delete page would list every one of them, then refuse. Deactivate it instead.
+        if obj is not None and obj.commands.exists():
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request):
+        found = super().get_actions(request)
+        found.pop("delete_selected", None)  # its page would list every command of every tenant chosen
+        return found
+
     def get_queryset(self, request):
         active = LimitOverride.objects.active(timezone.now())
         return (
@@ -127,7 +139,7 @@ class ApiTokenAdmin(ModelAdmin):
     list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["tenant", "user"]
     search_fields = ["name", "key_id", "tenant__slug", "user__username"]
-    raw_id_fields = ["user"]
+    autocomplete_fields = ["tenant", "user"]  # found by slug or username, not typed as an id
     readonly_fields = ["shown_as", "created_at", "last_used_at"]
     actions = ["revoke"]
 

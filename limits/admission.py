@@ -5,8 +5,9 @@
     claim = admission.new_claim(tenant, source_id, event_key, command_id)   # or None: no dedupe
     decision = admission.admit(tenant, len(body), claim)
     match decision.result:
-        case Ok():              store the command; admission.settle(claim, committed=<did it commit>)
-                                (a settle the store misses is retried in the background)
+        case Ok():              store the command; admission.settle_after_answer(claim, committed=…)
+                                (with a store whose settle is a round trip, it is made after the
+                                answer, batched; a settle the store misses is retried)
         case Duplicate(id):     200 with the original id
         case Pending(ms):       409 + Retry-After
         case RateLimited(ms):   429 + Retry-After
@@ -142,7 +143,13 @@ def admit(
     charges, limits = built
     if not charges and claim is None:
         return Admission(Ok())
-    result = (store or get_store()).hit(charges, claim)
+    store = store or get_store()
+    carried = settling.RETRIER.take(store) if _after_answer(store) else []
+    if carried:  # this process's settles made after their answers ride on this round trip
+        result, answers = store.hit_and_settle(charges, claim, [one.request() for one in carried])
+        settling.RETRIER.returned(carried, answers)
+    else:
+        result = store.hit(charges, claim)
     metrics.labelled(metrics.STORE_CALLS, settings.ANKUSA_STORE_SCOPE, type(result).__name__.lower()).inc()
     if isinstance(result, Ok | RateLimited):
         debts = result.debts_us
@@ -179,3 +186,23 @@ def settle(
             reason="no longer held by this token",
         )
     return answer is True
+
+
+def settle_after_answer(
+    claim: Claim, committed: bool, *, command_id: str | int | None = None, store: Store | None = None
+) -> None:
+    """``settle``, off the request path when the store's settle costs a round trip
+    (``settles_after_answer``): handed to this process's settler (``limits.store.settling``), and
+    carried by the process's next ``admit`` in its own round trip (or, a moment later, sent by the
+    settler with the others waiting, in one). The claim stays pending until then, so
+    a duplicate meanwhile is answered 409 ``in_flight``, never 2xx. Other stores (and
+    ``ANKUSA_SETTLE_AFTER_ANSWER=0``) settle here, before the answer."""
+    store = store or get_store()
+    if not _after_answer(store):
+        settle(claim, committed, command_id=command_id, store=store)
+        return
+    settling.RETRIER.add(store, claim, committed, None if command_id is None else str(command_id))
+
+
+def _after_answer(store: Store) -> bool:
+    return store.settles_after_answer and settings.ANKUSA_SETTLE_AFTER_ANSWER

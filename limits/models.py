@@ -192,7 +192,7 @@ class LimitOverride(FixedOnceCreated, models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant_id}:{self.kind} {self.rate:g}/s burst {self.burst}"
+        return f"{self.tenant.slug}:{self.kind} {self.rate:g}/s burst {self.burst}"
 
     def clean(self):
         errors = {

@@ -35,6 +35,19 @@ def client():
     return SiteClient()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under ``ANKUSA_STOCK_DJANGO`` (``ankusa_site.stock``) a test marked ``fast_path`` holds
+    something only a fast path does (a statement count, a prepared statement): skipped there."""
+    if not settings.ANKUSA_STOCK_DJANGO:
+        return
+    skip = pytest.mark.skip(
+        reason=f"fast path only; ANKUSA_STOCK_DJANGO={','.join(sorted(settings.ANKUSA_STOCK_DJANGO))}"
+    )
+    for item in items:
+        if item.get_closest_marker("fast_path"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def database_reachable():
     """Skip (or, under CI, fail) every database test when PostgreSQL does not answer."""

@@ -24,6 +24,7 @@ from limits.store.base import (
     Pending,
     RateLimited,
     Result,
+    Settle,
     Store,
 )
 from limits.store.fleet import FleetStore
@@ -43,6 +44,7 @@ __all__ = [
     "RateLimited",
     "RedisStore",
     "Result",
+    "Settle",
     "Store",
     "build_store",
     "forget_store",

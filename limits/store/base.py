@@ -12,7 +12,9 @@ is given, claims its event key — in one call (one Redis round trip for the fle
 
 Claims are two-phase. ``settle(claim, committed=True)`` (after the database commit) keeps the key
 for ``ttl_ms`` so duplicates are refused; ``settle(claim, committed=False)`` (the commit failed)
-releases it. Only the holder's ``token`` settles. A holder that dies leaves its claim to expire
+releases it. Only the holder's ``token`` settles. ``settle_many`` settles many claims in one call
+(one round trip for Redis); a store that says ``settles_after_answer`` is settled that way, after
+the answer, by ``limits.store.settling``. A holder that dies leaves its claim to expire
 after ``pending_ttl_ms``. ``Duplicate`` is a 2xx to the sender, so it is only ever given for a
 committed claim: a 2xx for a command nobody stored would be a lost command.
 
@@ -117,6 +119,15 @@ class Error:
 Result = Ok | Duplicate | Pending | RateLimited | Exceeds | Error
 
 
+@dataclass(frozen=True)
+class Settle:
+    """One settle of ``settle_many``: the claim, commit or release, the id to keep."""
+
+    claim: Claim
+    committed: bool
+    command_id: str | None = None
+
+
 class Store(abc.ABC):
     """What every store implements. ``timeout_ms`` defaults to the store's own budget."""
 
@@ -133,6 +144,27 @@ class Store(abc.ABC):
         ``command_id``, when committing, replaces the id given at claim time: what a ``Duplicate``
         answers from then on (the stored row's id, when it is only known after the insert).
         """
+
+    # Whether a settle costs a round trip: then the intake answers first and settles after the
+    # answer, many settles of a process in one call (``settle_many``, ``limits.store.settling``).
+    settles_after_answer: bool = False
+
+    def settle_many(self, settles: list[Settle], timeout_ms: int | None = None) -> list[bool | Error]:
+        """``settle`` each of ``settles``, in one call where the store can (one round trip for the
+        fleet store); each one's answer, in order. A store that cannot answer in time answers
+        ``Error`` for those it did not settle. This default settles them one by one."""
+        return [
+            self.settle(one.claim, one.committed, timeout_ms, command_id=one.command_id) for one in settles
+        ]
+
+    def hit_and_settle(
+        self, charges: list[Charge], claim: Claim | None, settles: list[Settle], timeout_ms: int | None = None
+    ) -> tuple[Result, list[bool | Error]]:
+        """``settle_many(settles)``, then ``hit(charges, claim)``: in one call where the store can
+        (the fleet store: one round trip, so waiting settles ride on a request's own hit). This
+        default makes the two calls."""
+        answers = self.settle_many(settles, timeout_ms) if settles else []
+        return self.hit(charges, claim, timeout_ms), answers
 
     @abc.abstractmethod
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
-from limits.store.base import Charge, Claim, Error, Result, Store
+from limits.store.base import Charge, Claim, Error, Result, Settle, Store
 from limits.store.local import LocalStore
 from limits.store.redis import RedisStore
 
@@ -85,6 +85,63 @@ class FleetStore(Store):
         else:
             self._answered()
         return result
+
+    @property
+    def settles_after_answer(self) -> bool:
+        return self.fleet.settles_after_answer
+
+    def settle_many(self, settles: list[Settle], timeout_ms: int | None = None) -> list[bool | Error]:
+        """As ``settle`` for each: the local store first, the others to Redis in one call."""
+        answers: list[bool | Error] = [
+            True if self.local.settle(one.claim, one.committed, command_id=one.command_id) else None
+            for one in settles
+        ]
+        remote = [i for i, answer in enumerate(answers) if answer is None]
+        if not remote:
+            return answers
+        if not self._may_ask_fleet():
+            unavailable = Error("fleet store unavailable (circuit open)")
+            return [unavailable if answer is None else answer for answer in answers]
+        replies = self.fleet.settle_many([settles[i] for i in remote], timeout_ms)
+        failed = next((reply for reply in replies if isinstance(reply, Error)), None)
+        if failed is not None:
+            self._failed(failed.reason)
+        else:
+            self._answered()
+        for i, reply in zip(remote, replies, strict=True):
+            answers[i] = reply
+        return answers
+
+    def hit_and_settle(
+        self, charges: list[Charge], claim: Claim | None, settles: list[Settle], timeout_ms: int | None = None
+    ) -> tuple[Result, list[bool | Error]]:
+        """As ``hit`` and ``settle_many``: the settles held locally here, the others ride on the hit's
+        round trip to Redis; when Redis does not answer, the hit is answered locally and those
+        settles are ``Error`` (their caller tries them again)."""
+        answers: list = [
+            True if self.local.settle(one.claim, one.committed, command_id=one.command_id) else None
+            for one in settles
+        ]
+        remote = [i for i, answer in enumerate(answers) if answer is None]
+        if self._may_ask_fleet():
+            result, replies = self.fleet.hit_and_settle(
+                charges, claim, [settles[i] for i in remote], timeout_ms
+            )
+            for i, reply in zip(remote, replies, strict=True):
+                answers[i] = reply
+            if not isinstance(result, Error):
+                self._answered()
+                return result, answers
+            self._failed(result.reason)
+        else:
+            result = Error("fleet store unavailable (circuit open)")
+        for i in remote:
+            if answers[i] is None or not isinstance(answers[i], bool):
+                answers[i] = result
+        with self._lock:
+            self.fallbacks += 1
+        metrics.FLEET_FALLBACKS.inc()
+        return self.local.hit(charges, claim), answers
 
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:
         """Both stores: the local buckets were charged during any outage. Rare (a limit changed), so

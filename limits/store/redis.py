@@ -52,6 +52,7 @@ from limits.store.base import (
     Pending,
     RateLimited,
     Result,
+    Settle,
     Store,
     check_distinct,
 )
@@ -253,6 +254,23 @@ class _Pool:
             connection.close()
 
 
+def _hit_result(reply: list, charges: list[Charge]) -> Result:
+    code, value, *debts = reply
+    if code == 0:
+        return Ok(tuple(debts))
+    if code == 1:
+        return Duplicate(value)
+    if code == 2:
+        return Pending(value)
+    if code == 3:
+        return RateLimited(value, tuple(debts))
+    return Exceeds(charges[value - 1].kind)
+
+
+def _noscript(reply) -> bool:
+    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT")
+
+
 class _Script:
     def __init__(self, source: str):
         self.source = source
@@ -265,6 +283,8 @@ _SETTLE = _Script(SETTLE_SCRIPT)
 
 class RedisStore(Store):
     """The fleet's store. Constructing it connects to nothing: an outage never blocks start-up."""
+
+    settles_after_answer = True  # a settle is a round trip; many go in one (settle_many)
 
     def __init__(
         self,
@@ -282,6 +302,37 @@ class RedisStore(Store):
         self._pool = _Pool(parse_url(url))
 
     def hit(self, charges: list[Charge], claim: Claim | None = None, timeout_ms: int | None = None) -> Result:
+        keys, args = self._hit_call(charges, claim)
+        reply = self._eval(_HIT, keys, args, timeout_ms)
+        return reply if isinstance(reply, Error) else _hit_result(reply, charges)
+
+    def settle(
+        self, claim: Claim, committed: bool, timeout_ms: int | None = None, *, command_id: str | None = None
+    ) -> bool | Error:
+        args = self._settle_args(claim, committed, command_id)
+        reply = self._eval(_SETTLE, [self.claim_key(claim)], args, timeout_ms)
+        return reply if isinstance(reply, Error) else reply == 1
+
+    def settle_many(self, settles: list[Settle], timeout_ms: int | None = None) -> list[bool | Error]:
+        """Every settle's ``EVALSHA`` in one write, their replies read within one deadline: one
+        round trip for any number (each script still runs atomically by itself)."""
+        if not settles:
+            return []
+        replies = self._eval_many(self._settle_calls(settles), timeout_ms)
+        return [reply if isinstance(reply, Error) else reply == 1 for reply in replies]
+
+    def hit_and_settle(
+        self, charges: list[Charge], claim: Claim | None, settles: list[Settle], timeout_ms: int | None = None
+    ) -> tuple[Result, list[bool | Error]]:
+        """The settles, then the hit, in one write and one round trip (settles first: a duplicate
+        of a claim settled here is then answered as one)."""
+        keys, args = self._hit_call(charges, claim)
+        replies = self._eval_many([*self._settle_calls(settles), (_HIT, keys, args)], timeout_ms)
+        hit = replies[-1]
+        result = hit if isinstance(hit, Error) else _hit_result(hit, charges)
+        return result, [reply if isinstance(reply, Error) else reply == 1 for reply in replies[:-1]]
+
+    def _hit_call(self, charges: list[Charge], claim: Claim | None) -> tuple[list, list]:
         check_distinct(charges)
         keys = [self.bucket_key(charge.tenant, charge.kind) for charge in charges]
         args = [self._now_arg(), len(charges)]
@@ -290,26 +341,40 @@ class RedisStore(Store):
         if claim is not None:
             keys.append(self.claim_key(claim))
             args += [claim.token, claim.command_id, claim.pending_ttl_ms]
-        reply = self._eval(_HIT, keys, args, timeout_ms)
-        if isinstance(reply, Error):
-            return reply
-        code, value, *debts = reply
-        if code == 0:
-            return Ok(tuple(debts))
-        if code == 1:
-            return Duplicate(value)
-        if code == 2:
-            return Pending(value)
-        if code == 3:
-            return RateLimited(value, tuple(debts))
-        return Exceeds(charges[value - 1].kind)
+        return keys, args
 
-    def settle(
-        self, claim: Claim, committed: bool, timeout_ms: int | None = None, *, command_id: str | None = None
-    ) -> bool | Error:
-        args = [self._now_arg(), claim.token, "1" if committed else "0", claim.ttl_ms, command_id or ""]
-        reply = self._eval(_SETTLE, [self.claim_key(claim)], args, timeout_ms)
-        return reply if isinstance(reply, Error) else reply == 1
+    def _settle_calls(self, settles: list[Settle]) -> list[tuple]:
+        return [
+            (
+                _SETTLE,
+                [self.claim_key(one.claim)],
+                self._settle_args(one.claim, one.committed, one.command_id),
+            )
+            for one in settles
+        ]
+
+    def _eval_many(self, calls: list[tuple], timeout_ms: int | None) -> list:
+        """``(script, keys, args)`` each, pipelined in one write within one deadline: each reply, or
+        ``Error`` for every one when the round trip failed."""
+        deadline = self._deadline(timeout_ms)
+        commands = [pack("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+        replies = self._call_all(commands, deadline)
+        if isinstance(replies, Error):
+            return [replies] * len(calls)
+        missing = [i for i, reply in enumerate(replies) if _noscript(reply)]
+        if missing:  # Redis restarted or flushed its scripts: the sources once more, same deadline
+            again = self._call_all(
+                [
+                    pack("EVAL", calls[i][0].source, len(calls[i][1]), *calls[i][1], *calls[i][2])
+                    for i in missing
+                ],
+                deadline,
+            )
+            for n, i in enumerate(missing):
+                replies[i] = again if isinstance(again, Error) else again[n]
+        return [
+            Error(f"redis: {reply}") if isinstance(reply, hiredis.ReplyError) else reply for reply in replies
+        ]
 
     def reset(self, tenant: str, timeout_ms: int | None = None) -> bool | Error:
         keys = [self.bucket_key(tenant, kind) for kind in KINDS]
@@ -351,10 +416,17 @@ class RedisStore(Store):
         # then the scheduler) takes ~0.5 ms, more on a busy machine, and the budget is a hard limit.
         return time.monotonic() + (budget_ms - min(WAKE_UP_MARGIN_MS, budget_ms / 10)) / 1000, budget_ms
 
+    def _settle_args(self, claim: Claim, committed: bool, command_id: str | None) -> list:
+        return [self._now_arg(), claim.token, "1" if committed else "0", claim.ttl_ms, command_id or ""]
+
     def _call(self, commands: list[bytes], deadline: tuple[float, int]):
+        replies = self._call_all(commands, deadline)
+        return replies if isinstance(replies, Error) else replies[-1]
+
+    def _call_all(self, commands: list[bytes], deadline: tuple[float, int]) -> list | Error:
         at, budget_ms = deadline
         try:
-            return self._pool.run(commands, at)[-1]
+            return self._pool.run(commands, at)
         except (StoreTimeout, TimeoutError):
             return Error(f"timeout: no answer within {budget_ms} ms")
         except (OSError, hiredis.HiredisError) as exc:  # HiredisError: a reply that is not RESP

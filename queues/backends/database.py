@@ -70,8 +70,8 @@ RETURNING item.id, item.position, item.payload, item.enqueued_at, item.requeue_c
 
 # A busy row finished by ``done``: one of the given ids, still busy, still under the given claim.
 # One statement per call (per BATCH items), by primary key, with the claims as a row-value test
-# rather than one OR'd condition per item; a concurrent recovery cannot slip in between the check
-# and the delete (PostgreSQL re-checks a row changed under it before deleting).
+# rather than one OR'd condition per item, so a concurrent recovery cannot slip in between the
+# check and the delete.
 DONE_SQL = f"""
 DELETE FROM {TABLE}
 WHERE id IN ({{ids}}) AND queue = %s AND state = 'busy' AND (id, claims) IN (VALUES {{tokens}})
@@ -82,15 +82,28 @@ DONE_ANY_CLAIM_SQL = (
     f"DELETE FROM {TABLE} WHERE id IN ({{ids}}) AND queue = %s AND state = 'busy' RETURNING id"
 )
 # PostgreSQL: the same two, with the ids (and claims) as arrays, so the text is the same for any
-# count and the server keeps it prepared. A row named twice is deleted (and returned) once.
+# count and the server keeps it prepared. Each item is one primary-key lookup whatever the
+# statistics say: a subquery per id, whose tests match no partial index (``|| ''``, leaving the
+# primary key as the only index), then the row deleted by its version (a TID scan; one named twice
+# is deleted once; one changed meanwhile by another transaction has a new version and is skipped,
+# as a failed test would skip it). With statistics gathered on an empty table a join walks the
+# whole table, or the busy items' partial index estimated at one row, for every statement.
+_HELD = (
+    f"SELECT found.ctid FROM {TABLE} AS found WHERE found.id = held.id AND (found.queue || '') = %s"
+    " AND (found.state || '') = 'busy'"
+)
 DONE_SQL_POSTGRESQL = f"""
-DELETE FROM {TABLE} AS item USING unnest(%s::bigint[], %s::integer[]) AS held(id, claims)
-WHERE item.id = held.id AND item.queue = %s AND item.state = 'busy' AND item.claims = held.claims
+DELETE FROM {TABLE} AS item
+WHERE item.ctid = ANY(ARRAY(
+    SELECT ({_HELD} AND found.claims = held.claims) FROM unnest(%s::bigint[], %s::integer[]) AS held(id, claims)
+))
 RETURNING item.id
 """
-DONE_ANY_CLAIM_SQL_POSTGRESQL = (
-    f"DELETE FROM {TABLE} WHERE id = ANY(%s::bigint[]) AND queue = %s AND state = 'busy' RETURNING id"
-)
+DONE_ANY_CLAIM_SQL_POSTGRESQL = f"""
+DELETE FROM {TABLE} AS item
+WHERE item.ctid = ANY(ARRAY(SELECT ({_HELD}) FROM unnest(%s::bigint[]) AS held(id)))
+RETURNING item.id
+"""
 ENQUEUE_COLUMNS = (
     "(queue, state, position, payload, enqueued_at, claims, requeue_count, fail_count, last_error)"
 )
@@ -265,10 +278,10 @@ class DatabaseFIFO(ReliableFIFO):
             # its own, and inside the caller's it is part of it. The ids go as arrays, so one
             # statement takes any number of them.
             if claimed:
-                params = [[pk for pk, _ in claimed], [claims for _, claims in claimed], self.name]
+                params = [self.name, [pk for pk, _ in claimed], [claims for _, claims in claimed]]
                 held.extend(pk for (pk,) in execute_prepared(connection, DONE_SQL_POSTGRESQL, params)[0])
             if bare:
-                params = [bare, self.name]
+                params = [self.name, bare]
                 held.extend(
                     pk for (pk,) in execute_prepared(connection, DONE_ANY_CLAIM_SQL_POSTGRESQL, params)[0]
                 )

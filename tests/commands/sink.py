@@ -24,6 +24,17 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class Gate:
+    """A ``respond`` that holds every answer until ``open`` is set (at most 30 s), then says 200."""
+
+    def __init__(self):
+        self.open = threading.Event()
+
+    def __call__(self, request, nth):
+        self.open.wait(30)
+        return 200, {}
+
+
 @dataclass(frozen=True)
 class Received:
     key: str

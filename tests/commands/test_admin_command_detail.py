@@ -41,7 +41,7 @@ def test_the_detail_shows_every_attempt_across_resends_each_copy_linked(staff, m
         assert f'href="{reverse("admin:commands_command_change", args=[copy.pk])}"' in html
     assert f"command {second.pk}</a> (this one)" in html
     assert f"copy of {first.pk}" in html and f"copy of {second.pk}" in html
-    assert html.count("<td>#1</td>") == 2 and html.count("<td>#2</td>") == 1
+    assert html.count(">#1</a></td>") == 2 and html.count(">#2</a></td>") == 1
     assert "<td>400</td>" in html and "<td>502</td>" in html
 
 

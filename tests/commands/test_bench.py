@@ -1,5 +1,6 @@
-"""``bench/dispatch.py``, ``bench/intake.py``, ``bench/intake_ops.py`` and ``bench/intake_ab.py`` still
-run, short, and end with their JSON line (smoke tests, not measurements)."""
+"""``bench/dispatch.py``, ``bench/intake.py``, ``bench/intake_ops.py``, ``bench/intake_ab.py`` and
+``bench/slow_receivers.py`` (PostgreSQL) still run, short, and end with their JSON line (smoke
+tests, not measurements)."""
 
 import json
 import os
@@ -39,6 +40,8 @@ def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(servic
     assert (figures["accepted_not_stored"], figures["non_2xx"], figures["quick"]) == (0, 0, True)
     assert figures["intake_vs_bare_view_sqlite"] > 0
     assert figures["intake_vs_bare_view_paired_sqlite"] > 0
+    assert figures["intake_vs_obvious_django_sqlite"] > 0  # the peer answered 2xx, on the same server
+    assert figures["intake_vs_bare_view_stock_sqlite"] > 0  # and the site with every fast path stock
     assert figures["intake_vs_bare_view_cpu_sqlite"] > 0  # /proc was read around the rounds
     assert figures["cpu_ms_sqlite"]["intake"]["workers"] > 0
     assert (figures["intake_vs_bare_view"] is not None) == database.startswith("postgres")
@@ -69,3 +72,14 @@ def test_the_gunicorn_settings_comparison_runs_in_quick_mode_and_every_2xx_was_s
     assert figures["webhook_cpu_candidate_vs_baseline_sqlite"] > 0
     assert set(figures["cpu_ms_webhook_sqlite"]) == {"baseline", "candidate"}
     assert ("webhook_cpu_candidate_vs_baseline" in figures) == database.startswith("postgres")
+
+
+@pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"), reason="PostgreSQL only")
+def test_the_slow_receivers_benchmark_runs_in_quick_mode_and_loses_nothing(service_env):
+    figures = quick_figures(
+        "bench/slow_receivers.py", {**service_env, "DATABASE_URL": os.environ["DATABASE_URL"]}
+    )
+    runs = [figures, figures["d200"], figures["defaults"], figures["kill"]]
+    assert [(run["lost"], run["double_sent"]) for run in runs] == [(0, 0)] * 4
+    assert figures["quick"] is True
+    assert max(run["db_connections_max"] for run in runs[:3]) <= 8

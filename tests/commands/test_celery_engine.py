@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -17,6 +16,7 @@ from commands.models import Command
 from commands.states import State
 from queues.fifo import get_queue
 from tests.commands.children import Output, start, stop
+from tests.commands.sink import Gate
 from tests.servers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -76,17 +76,6 @@ def test_celery_worker_and_beat_run_a_task_from_a_venv_of_the_runtime_requiremen
         print(worker_output, beat_output)  # shown when the test fails
     assert "Sending due task commands-sweep" in beat_output, beat_output
     assert "Task commands.sweep[" in worker_output and " succeeded in " in worker_output, worker_output
-
-
-class Gate:
-    """Holds every answer of the sink until it is opened."""
-
-    def __init__(self):
-        self.open = threading.Event()
-
-    def __call__(self, request, nth):
-        self.open.wait(30)
-        return 200, {}
 
 
 def test_a_celery_worker_killed_while_it_drains_stalls_the_other_for_seconds_only(

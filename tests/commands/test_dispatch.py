@@ -288,6 +288,54 @@ def test_a_queued_command_is_lost_only_when_every_item_still_waiting_came_after_
     assert dispatch.recover().lost_requeued == 1
 
 
+def test_recovery_settles_a_backlog_in_batches_and_stops_at_its_bound(
+    make_connector, make_command, queue, clock
+):
+    connector = make_connector(kind="log", idempotent=True)
+    lost_sends = [make_command(connector, state=State.DISPATCHING, attempts=1) for _ in range(5)]
+    stranded = [make_command(connector, state=State.QUEUED, state_changed_at=T0) for _ in range(5)]
+    clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
+    asked = []
+
+    def until() -> bool:  # the bound is reached after three batches
+        asked.append(1)
+        return len(asked) > 3
+
+    summary = dispatch.recover(queue=queue, until=until, batch=2)
+    assert (summary.worker_lost, summary.items_requeued, summary.lost_requeued, summary.complete) == (
+        5,
+        0,
+        0,
+        False,
+    )
+    assert "stopped at its bound" in dispatch.recovery_line(summary)
+    assert Attempt.objects.filter(error_class=dispatch.WORKER_LOST).count() == 5
+    summary = dispatch.recover(queue=queue, batch=2)
+    assert (summary.worker_lost, summary.lost_requeued, summary.complete) == (0, 5, True)
+    assert sorted(item.payload["command"] for item in queue.peek("main", 10)) == [c.pk for c in stranded]
+    assert set(Command.objects.filter(pk__in=[c.pk for c in lost_sends]).values_list("state", flat=True)) == {
+        State.FAILED
+    }
+
+
+def test_a_round_recovers_no_further_than_its_max_seconds(
+    make_connector, make_command, queue, clock, monkeypatch
+):
+    connector = make_connector(kind="log")
+    for _ in range(3):
+        make_command(connector, state=State.QUEUED, state_changed_at=T0)
+    clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
+    ticks = iter(range(0, 1000, 10))  # the round's clock: ten seconds pass between two looks at it
+    monkeypatch.setattr(dispatch, "RECOVER_BATCH", 1)
+    with dispatch.Dispatcher(concurrency=1, queue=queue) as dispatcher:
+        monkeypatch.setattr(dispatch.Dispatcher, "drain", lambda self, **options: dispatch.DrainSummary())
+        # Looked at before each batch: lost sends (10 s), expired items (20 s), lost items (30, 40,
+        # 50 s): the bound of 45 s stops it after two of the three.
+        summary = dispatch.run_round(dispatcher, max_seconds=45, clock=lambda: next(ticks))
+    assert (summary.recovered.lost_requeued, summary.recovered.complete) == (2, False)
+    assert queue.length("main") == 2
+
+
 def test_duplicate_and_stale_items_send_a_command_once(make_connector, make_command, dispatcher, clock, sink):
     command = make_command(make_connector(url=sink.url))
     dispatch.sweep()
@@ -408,3 +456,29 @@ def test_a_round_on_the_redis_queue_sends_after_commit_and_recovers_lost_items(
     assert summary.recovered.lost_requeued == 1
     lost.refresh_from_db()
     assert (lost.state, sink.counts[str(lost.pk)]) == (State.SUCCEEDED, 1)
+
+
+def test_sends_in_flight_hold_no_database_connection_each(make_connector, make_command, queue, sink):
+    from django.db.backends.signals import connection_created
+
+    sink.delay = 0.1
+    for n in range(4):
+        connector = make_connector(f"c{n}", url=sink.url, max_in_flight=8)
+        for _ in range(8):
+            make_command(connector)
+    dispatch.sweep()
+    connections.close_all()
+    opened: list[str] = []
+
+    def count(sender, connection, **kwargs):
+        opened.append(threading.current_thread().name)
+
+    connection_created.connect(count)
+    try:
+        with dispatch.Dispatcher(concurrency=32, per_connector=1, queue=queue) as dispatcher:
+            assert dispatcher.drain().results == {"succeeded": 32}
+    finally:
+        connection_created.disconnect(count)
+    assert sink.max_in_flight == 32
+    # The dispatcher's own thread (claims), one that starts sends, one that records their outcomes.
+    assert sorted(opened) == sorted([threading.current_thread().name, "start-0", "record"])

@@ -306,3 +306,28 @@ def test_the_starts_a_closing_recorder_could_not_undo_are_undone_from_the_spool(
     assert Command.objects.get(pk=command.pk).state == State.DISPATCHING
     assert dispatch.replay_spool(queue) == {}
     assert (Command.objects.get(pk=command.pk).state, queue.length("main")) == (State.QUEUED, 1)
+
+
+def test_starts_refused_by_a_full_database_strand_no_command_and_each_is_sent_once_later(
+    make_connector, make_command, queue, monkeypatch, sink
+):
+    connector = make_connector(url=sink.url)
+    commands = [make_command(connector, {"n": n}) for n in range(12)]
+    dispatch.sweep()
+    real = dispatch.start_sends
+
+    def too_many_clients(wanted, now):  # half the statements commit unseen, half never run
+        if len(wanted) % 2:
+            real(wanted, now)
+        raise OperationalError("FATAL: sorry, too many clients already")
+
+    monkeypatch.setattr(dispatch, "start_sends", too_many_clients)
+    with dispatch.Dispatcher(concurrency=4, per_connector=4, queue=queue) as dispatcher:
+        assert dispatcher.drain().results == {"unstarted": 12}
+        # Every command waits queued with its item back in main, at once: none waits for recovery.
+        assert set(Command.objects.values_list("state", "attempts")) == {(State.QUEUED, 0)}
+        assert (queue.length("main"), queue.length("busy")) == (12, 0)
+        assert sorted(item.payload["command"] for item in queue.peek("main", 20)) == [c.pk for c in commands]
+        monkeypatch.setattr(dispatch, "start_sends", real)
+        assert dispatcher.drain().results == {"succeeded": 12}
+    assert sink.counts == {str(c.pk): 1 for c in commands}

@@ -97,15 +97,16 @@ def test_starts_asked_at_once_share_statements_and_each_sender_learns_its_own(
         thread.start()
     for thread in threads:
         thread.join()
+    starts.close()
     assert sum(statements) == len(asks)
     assert len(statements) <= 2 * starts.at_once
     assert [won[n] for n in range(1, 12)] == [True] * 11
     assert sorted([won[0], won[12]]) == [False, True]  # of the two items for one attempt, one sends
-    assert (starts.running, starts.asked) == (0, [])
+    assert starts.asked == []
     assert Command.objects.filter(state=State.DISPATCHING, attempts=1).count() == 12
 
 
-def test_a_start_that_fails_says_it_is_unknown_and_lets_the_next_asker_lead(
+def test_a_start_that_fails_says_it_is_unknown_and_the_next_statement_is_made_all_the_same(
     make_connector, make_command, monkeypatch
 ):
     command = make_command(make_connector(), state=State.QUEUED)
@@ -119,7 +120,9 @@ def test_a_start_that_fails_says_it_is_unknown_and_lets_the_next_asker_lead(
     assert starts.start(entry(command), T0) == dispatch.Unstarted(T0)
     monkeypatch.undo()
     assert starts.start(entry(command), T0) is True
+    starts.close()
     assert states(command) == [(State.DISPATCHING, 1)]
+    assert starts.start(entry(command), T0) == dispatch.Unstarted()  # closed: not asked, not sent
 
 
 def test_finish_sends_moves_only_commands_dispatching_that_attempt(make_connector, make_command):

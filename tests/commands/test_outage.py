@@ -8,7 +8,6 @@ from __future__ import annotations
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 
@@ -18,22 +17,12 @@ from django.conf import settings
 
 from commands.models import Command
 from tests.commands.children import Output, start, stop
+from tests.commands.sink import Gate
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.slow
 
 COMMANDS = Command._meta.db_table
-
-
-class Gate:
-    """Holds every answer of the receiver until it is opened."""
-
-    def __init__(self):
-        self.open = threading.Event()
-
-    def __call__(self, request, nth):
-        self.open.wait(30)
-        return 200, {}
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from limits.admission import settle
+from limits.admission import settle, settle_after_answer
 from limits.store import Claim, Duplicate, FleetStore, LocalStore, Ok, RedisStore, settling
 from tests.servers import wait_for
 
@@ -164,3 +164,26 @@ def test_every_settle_whose_claim_expired_is_given_up_though_another_is_first_in
     assert retrier.pending() == 1
     given_up = [r.fields["event_key"] for r in caplog.records if r.getMessage() == "claim_settle_given_up"]
     assert sorted(given_up) == ["short-0", "short-1", "short-2"]
+
+
+@pytest.mark.slow
+def test_commits_after_the_answer_from_many_threads_keep_their_claims_pending_until_they_land(private_redis):
+    store = fleet_store(private_redis.url)
+    redis = private_redis.client()
+    claims = [claim(f"evt-{n}", f"tok-{n}") for n in range(40)]
+    assert all(isinstance(store.hit([], c), Ok) for c in claims)
+
+    with Paused(redis):
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda c: settle_after_answer(c, True, command_id=c.key[4:], store=store), claims))
+        # Nothing landed while Redis held writes: every claim is still pending, never a duplicate.
+        keys = [store.fleet.claim_key(c) for c in claims]
+        assert {redis.get(key)[:2] for key in keys} == {b"p|"}
+        assert settling.RETRIER.pending() == 40
+
+    wait_for(lambda: settling.RETRIER.pending() == 0, timeout=10, what="the settles to land")
+    assert {redis.get(key)[:2] for key in keys} == {b"c|"}
+    assert [store.hit([], claim(f"evt-{n}", "tok-retry")) for n in (0, 39)] == [
+        Duplicate("0"),
+        Duplicate("39"),
+    ]

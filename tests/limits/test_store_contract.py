@@ -7,7 +7,7 @@ import random
 import pytest
 
 from limits.gcra import Limit
-from limits.store import Charge, Claim, Duplicate, Exceeds, LocalStore, Ok, Pending, RateLimited
+from limits.store import Charge, Claim, Duplicate, Exceeds, LocalStore, Ok, Pending, RateLimited, Settle
 
 HOOKS = Limit(rate=1, burst=3)  # increment 1 s, capacity 3 s
 BYTES = Limit(rate=1000, burst=2000)  # increment 1 ms per byte
@@ -186,3 +186,20 @@ def test_the_local_store_forgets_the_earliest_claim_past_its_bound(clock):
     store.hit([], claim(key="c", pending_ttl_ms=2000))
     assert store.hit([], claim(key="a", token="tok-b")) == Ok(())
     assert isinstance(store.hit([], claim(key="b", token="tok-b")), Pending)
+
+
+def test_settle_many_settles_each_claim_as_settle_would_and_answers_in_order(store):
+    for key in ("evt_a", "evt_b", "evt_c"):
+        assert isinstance(store.hit([], claim(key=key, token=f"tok-{key}")), Ok)
+    answers = store.settle_many(
+        [
+            Settle(claim(key="evt_a", token="tok-evt_a"), True, "101"),
+            Settle(claim(key="evt_b", token="someone-else"), True, "102"),  # not the holder
+            Settle(claim(key="evt_c", token="tok-evt_c"), False),
+        ]
+    )
+    assert answers == [True, False, True]
+    assert store.hit([], claim(key="evt_a", token="tok-2")) == Duplicate("101")
+    assert isinstance(store.hit([], claim(key="evt_b", token="tok-2")), Pending)
+    assert isinstance(store.hit([], claim(key="evt_c", token="tok-2")), Ok)  # released
+    assert store.settle_many([]) == []
