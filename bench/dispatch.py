@@ -33,7 +33,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -56,6 +55,7 @@ from commands.adapters.http import pool  # noqa: E402
 from commands.models import Command, Connector  # noqa: E402
 from commands.states import State  # noqa: E402
 from limits.models import Tenant  # noqa: E402
+from tests.commands.sink import ReceiverProcess  # noqa: E402
 from tests.services import database_url  # noqa: E402
 
 KILL_ENV = {
@@ -66,25 +66,9 @@ KILL_ENV = {
 }
 
 
-class SinkProcess:
+class SinkProcess(ReceiverProcess):
     def __init__(self):
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.commands.sink"],
-            cwd=BASE_DIR,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.port = int(self.process.stdout.readline().split()[1])
-        self.url = f"http://127.0.0.1:{self.port}/receive"
-
-    def stats(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_stats", timeout=5) as response:
-            return json.load(response)
-
-    def stop(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=10)
+        super().__init__(cwd=BASE_DIR, timeout=5)
 
 
 def raw_http(url: str, n: int, concurrency: int) -> float:

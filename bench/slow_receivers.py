@@ -37,7 +37,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -96,26 +95,14 @@ def receive(delay: float) -> None:
     asyncio.run(serve())
 
 
-class Receiver:
-    def __init__(self, delay: float):
-        self.delay = delay
-        self.process = subprocess.Popen(
-            [sys.executable, __file__, "--receiver", str(delay)],
-            cwd=BASE_DIR,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.port = int(self.process.stdout.readline().split()[1])
-        self.url = f"http://127.0.0.1:{self.port}/receive"
+def start_receiver(delay: float):
+    """This script's receiver (``--receiver``) in its own process, answering after ``delay``."""
+    sys.path.insert(0, str(BASE_DIR))
+    from tests.commands.sink import ReceiverProcess
 
-    def stats(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_stats", timeout=10) as response:
-            return json.load(response)
-
-    def stop(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
+    receiver = ReceiverProcess((__file__, "--receiver", str(delay)), cwd=BASE_DIR)
+    receiver.delay = delay
+    return receiver
 
 
 # --- the bench (Django set up only here, not in the receiver process) -------------------------------
@@ -186,7 +173,7 @@ def bench() -> None:
         # answered: steady state) and lasts whole multiples of the delay (sends go out in waves).
         opens_after = delay + 3
         seconds = opens_after + window + delay + 1
-        receiver = Receiver(delay)
+        receiver = start_receiver(delay)
         try:
             tenant = Tenant.objects.create(slug=name, name=name)
             made = [
@@ -270,7 +257,7 @@ def bench() -> None:
         non-idempotent connectors, then restarted until every command has ended: lost (not ended
         ``succeeded``, or ``failed`` with a reason; or succeeded unseen by the receiver) and sent
         twice must both be 0."""
-        receiver = Receiver(5.0)
+        receiver = start_receiver(5.0)
         try:
             tenant = Tenant.objects.create(slug="kill", name="kill")
             made = [
@@ -339,7 +326,7 @@ def bench() -> None:
         """A plain client of the sender's library (urllib3, a thread per request in flight)."""
         import urllib3
 
-        receiver = Receiver(delay)
+        receiver = start_receiver(delay)
         pool = urllib3.PoolManager(maxsize=in_flight, retries=False)
         body = json.dumps({"order": 1}).encode()
         stop = threading.Event()

@@ -15,13 +15,37 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class ReceiverProcess:
+    """A receiver started as its own process by ``argv`` (after the interpreter), which prints
+    ``port N`` once it listens and stops when its standard input closes; ``stats()`` is its
+    ``GET /_stats``. By default this module's sink."""
+
+    def __init__(self, argv=("-m", "tests.commands.sink"), *, cwd=None, timeout: float = 10):
+        self.timeout = timeout
+        self.process = subprocess.Popen(
+            [sys.executable, *argv], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.port = int(self.process.stdout.readline().split()[1])
+        self.url = f"http://127.0.0.1:{self.port}/receive"
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_stats", timeout=self.timeout) as response:
+            return json.load(response)
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=self.timeout * 3)
 
 
 class Gate:
