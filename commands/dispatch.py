@@ -2,12 +2,13 @@
 
 * **sweep** — due commands go through ``retry.decide``: taken, ``→ queued`` with one item on the
   ``commands`` queue; skipped, the reason is written on the command.
-* **drain** — sender threads (``ANKUSA_DISPATCH_CONCURRENCY``, at most a connector's
-  ``max_in_flight`` or ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector) each win ``queued →
-  dispatching`` for the attempt the sweep decided (one thread makes the starts asked for meanwhile)
-  and send at once; a recorder thread writes each batch of outcomes in one transaction, keeping
-  them (or spooling them, ``commands.spool``) until written. Senders never touch the database: a
-  process holds a few connections however many sends are in flight.
+* **drain** — sends in flight as tasks on the process's send loop (``commands.sending``; up to
+  ``ANKUSA_DISPATCH_CONCURRENCY``, at most a connector's ``max_in_flight`` or
+  ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector) each win ``queued → dispatching`` for the
+  attempt the sweep decided (one thread makes the starts asked for meanwhile) and send at once; a
+  recorder thread writes each batch of outcomes in one transaction, keeping them (or spooling them,
+  ``commands.spool``) until written. Sends never touch the database: a process holds a few
+  connections however many sends are in flight.
 * **recover** — a command ``dispatching`` past the visibility timeout becomes ``failed`` with no
   outlook; expired items go back to the queue; a ``queued`` command with no item gets one.
 
@@ -43,7 +44,7 @@ from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
 from ankusa_site.stock import stock
-from commands import adapters, heartbeat, retry, spool
+from commands import adapters, heartbeat, retry, sending, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -617,7 +618,16 @@ class _Starts:
         A shared statement stamps its commands with the ``now`` of the first sender in it,
         milliseconds from each sender's own.
         """
-        ask = _Ask(entry, now)
+        ask = self.ask(entry, now)
+        if isinstance(ask, Unstarted):
+            return ask
+        ask.answered.wait()
+        return ask.result()
+
+    def ask(self, entry: _Entry, now: datetime, then: Callable[[_Ask], None] | None = None) -> _Ask | Unstarted:
+        """Ask for the start without waiting: ``then(ask)`` is called (on the start thread) once
+        it is answered (``ask.result()``). ``Unstarted`` when closing: not asked, so not sent."""
+        ask = _Ask(entry, now, then=then)
         with self.lock:
             if self.closing:  # no thread left to answer: not asked, so not sent
                 return Unstarted()
@@ -630,8 +640,7 @@ class _Starts:
                     thread.start()
             self.asked.append(ask)
             self.changed.notify()
-        ask.answered.wait()
-        return Unstarted(ask.stamp) if ask.won is None else ask.won
+        return ask
 
     def _run(self) -> None:
         try:
@@ -659,6 +668,8 @@ class _Starts:
                         one.won = key in won
                         won.discard(key)  # of two items for one attempt in the statement, one sends
                     one.answered.set()
+                    if one.then is not None:
+                        one.then(one)
         finally:
             connections.close_all()
 
@@ -678,102 +689,10 @@ class _Ask:
     won: bool | None = None  # None once answered: the statement failed
     stamp: datetime | None = None  # the failed statement's time, as it would have stamped the start
     answered: threading.Event = field(default_factory=threading.Event)
+    then: Callable[[_Ask], None] | None = None  # called once answered (the send loop's wake-up)
 
-
-class _Senders:
-    """Threads that each take the next claimed send a connector slot allows, win its start and
-    send it at once; the outcome goes to the recorder.
-
-    The dispatcher's thread only keeps the shared list of claimed sends (``waiting``) filled; a
-    sender that finishes takes its next send itself, without waiting for that thread.
-    """
-
-    clock = staticmethod(time.monotonic)  # paces connectors with a rate; tests move it
-
-    def __init__(self, size: int, per_connector: int, stop: threading.Event, recorder: _Recorder):
-        self.per_connector = per_connector
-        self.stop = stop
-        self.recorder = recorder
-        self.starts = _Starts()
-        self.lock = threading.Lock()
-        self.work = threading.Condition(self.lock)  # senders wait here for a send they may take
-        self.room = threading.Condition(self.lock)  # the dispatcher waits here for room to claim
-        self.waiting: deque[_Entry] = deque()
-        self.in_flight: Counter[int] = Counter()
-        self.next_due: dict[int, float] = {}  # connector -> when its next send is due (monotonic)
-        self.pace_wait: float | None = None
-        self.halted = False  # the dispatcher stops: take nothing more
-        self.closing = False
-        self.low_water = (HELD_POOLS - CLAIM_POOLS - 1) * size  # below this, there is room to claim
-        self.threads = [
-            threading.Thread(target=self._run, name=f"send-{n}", daemon=True) for n in range(size)
-        ]
-        for thread in self.threads:
-            thread.start()
-
-    def _take(self) -> _Entry | None:
-        """The first waiting send whose connector allows one more now: a free slot of its cap
-        (``Connector.max_in_flight``, else the site's per-connector cap) and, with a rate
-        (``Connector.max_per_s``), its next send due. Called holding the lock; sets ``pace_wait``
-        to how long until a send held back by its rate is due (None: none is)."""
-        self.pace_wait = None
-        if self.halted or self.stop.is_set():
-            return None
-        now = self.clock()
-        for index, entry in enumerate(self.waiting):
-            connector = entry.command.connector
-            if self.in_flight[connector.pk] >= (connector.max_in_flight or self.per_connector):
-                continue
-            if connector.max_per_s:
-                due = self.next_due.get(connector.pk, now)
-                if due > now:
-                    wait = due - now
-                    self.pace_wait = wait if self.pace_wait is None else min(self.pace_wait, wait)
-                    continue
-                # Evenly spaced: the next one is due an interval after this one was due, so a sender
-                # waking late keeps the schedule; after an idle spell, one send of catch-up at most.
-                self.next_due[connector.pk] = (
-                    max(due, now - 1 / connector.max_per_s) + 1 / connector.max_per_s
-                )
-            del self.waiting[index]
-            self.in_flight[connector.pk] += 1
-            if len(self.waiting) < self.low_water:
-                self.room.notify()
-            return entry
-        return None
-
-    def _run(self) -> None:
-        try:
-            while True:
-                with self.lock:
-                    while (entry := self._take()) is None:
-                        if self.closing:
-                            return
-                        self.work.wait(self.pace_wait)  # woken by a change, or when a paced send is due
-                started = timezone.now()
-                won = self.starts.start(entry, started)
-                sent: Sent | Unstarted | None = won if isinstance(won, Unstarted) else None
-                if won is True:
-                    outcome = adapters.send(entry.command)  # never raises: a bug is an outcome too
-                    sent = Sent(entry.command, entry.attempt, started, timezone.now(), outcome)
-                # None: not ours to send; the recorder finishes the item and counts it stale.
-                self.recorder.hand(entry, sent)
-                with self.lock:
-                    self.in_flight[entry.command.connector_id] -= 1
-                    if self.waiting:
-                        self.work.notify()  # a send of this connector may have been waiting for it
-                    if not self.in_flight.total():
-                        self.room.notify()
-        finally:
-            connections.close_all()
-
-    def close(self) -> None:
-        with self.lock:
-            self.closing = True
-            self.work.notify_all()
-        for thread in self.threads:
-            thread.join()
-        self.starts.close()  # after the senders: none asks any more
+    def result(self) -> bool | Unstarted:
+        return Unstarted(self.stamp) if self.won is None else self.won
 
 
 class _Recorder:
@@ -1088,7 +1007,7 @@ class Dispatcher:
         self.batch = batch or settings.ANKUSA_DISPATCH_BATCH
         self.stop = stop or threading.Event()
         self.queue = queue or commands_queue()
-        self._senders: _Senders | None = None
+        self._senders: sending.Senders | None = None
         self._connectors: dict[int, Connector] = {}
 
     def close(self) -> None:
@@ -1160,7 +1079,9 @@ class Dispatcher:
         """
         replay_spool(self.queue)
         if self._senders is None:
-            self._senders = _Senders(self.concurrency, self.per_connector, self.stop, _Recorder(self.queue))
+            self._senders = sending.Senders(
+                self.concurrency, self.per_connector, self.stop, _Recorder(self.queue)
+            )
         senders = self._senders
         # Connectors are read once per drain and shared by their commands: a drain lasts a round
         # (or a Celery task), so a saved connector is seen from the next one on.

@@ -4,7 +4,8 @@ A kind is one module in this package that defines ``ADAPTER`` (an object with ``
 ``label``, ``check(connector)`` and ``send(command)``); the registry finds it by itself, so adding
 a kind touches nothing else. ``Connector.kind`` takes its choices from here.
 
-Every dispatch goes through :func:`send`, which adds what no adapter should have to repeat:
+Every dispatch goes through :func:`send` (or :func:`send_async`, the same on the send loop, which
+awaits an adapter's ``send_async`` when it has one), which adds what no adapter should have to repeat:
 
 * a connector with a configuration problem (disabled, no URL, a missing credential) is not sent
   at all, and the outcome is ``after-fix`` — a person fixes it, and the next round sends it;
@@ -103,24 +104,53 @@ def problems(connector: Connector) -> list[str]:
 
 def send(command: Command) -> Outcome:
     """Send ``command`` through its connector's adapter, or say why it was not sent."""
-    connector = command.connector
-    found = problems(connector)
-    if found:
-        return Outcome(
-            ok=False, outlook=Outlook.AFTER_FIX, detail="; ".join(found), error_class="Configuration"
-        )
+    refused = _refusal(command.connector)
+    if refused is not None:
+        return refused
     try:
-        outcome = registry()[connector.kind].send(command)
+        outcome = registry()[command.connector.kind].send(command)
     except Exception as exc:  # an adapter bug: whether it went out is unknown
-        name = type(exc).__name__
-        if _may_quote_a_credential(exc, connector):
-            detail = WITHHELD.format(name)
-            # The traceback's frames, under a stand-in that carries no message and no chain.
-            exc_info = (MessageWithheld, MessageWithheld(detail), exc.__traceback__)
-        else:
-            detail, exc_info = str(exc), (type(exc), exc, exc.__traceback__)
-        logger.error("adapter %s raised for command %s", connector.kind, command.pk, exc_info=exc_info)
-        return Outcome(ok=False, outlook=None, detail=detail[:EXCERPT_CHARS], error_class=name)
+        return _raised(command, exc)
+    return _shown(outcome, command.connector)
+
+
+async def send_async(command: Command) -> Outcome:
+    """:func:`send` as a coroutine on the send loop (``commands.event_loop``): an adapter with a
+    ``send_async`` is awaited; one without (the log adapter: no I/O to wait for) is called."""
+    refused = _refusal(command.connector)
+    if refused is not None:
+        return refused
+    adapter = registry()[command.connector.kind]
+    try:
+        sending = getattr(adapter, "send_async", None)
+        outcome = await sending(command) if sending is not None else adapter.send(command)
+    except Exception as exc:  # an adapter bug: whether it went out is unknown
+        return _raised(command, exc)
+    return _shown(outcome, command.connector)
+
+
+def _refusal(connector: Connector) -> Outcome | None:
+    found = problems(connector)
+    if not found:
+        return None
+    return Outcome(ok=False, outlook=Outlook.AFTER_FIX, detail="; ".join(found), error_class="Configuration")
+
+
+def _raised(command: Command, exc: Exception) -> Outcome:
+    connector = command.connector
+    name = type(exc).__name__
+    if _may_quote_a_credential(exc, connector):
+        detail = WITHHELD.format(name)
+        # The traceback's frames, under a stand-in that carries no message and no chain.
+        exc_info = (MessageWithheld, MessageWithheld(detail), exc.__traceback__)
+    else:
+        detail, exc_info = str(exc), (type(exc), exc, exc.__traceback__)
+    logger.error("adapter %s raised for command %s", connector.kind, command.pk, exc_info=exc_info)
+    return Outcome(ok=False, outlook=None, detail=detail[:EXCERPT_CHARS], error_class=name)
+
+
+def _shown(outcome: Outcome, connector: Connector) -> Outcome:
+    """``outcome`` with the connector's secret masked in what the receiver answered."""
     if not connector.secret:
         return outcome
     forms = _secret_forms(connector.secret)

@@ -13,10 +13,11 @@ A connector's host is checked twice:
 * when it is saved (:func:`host_problem`, from ``Connector.clean``): a literal address, a name
   that always means one (``localhost`` and ``*.localhost``, RFC 6761; the metadata names), and the
   addresses the name resolves to then (a name that does not resolve yet passes: the send decides);
-* at every new connection (:class:`CheckedHTTPConnection`): the name is resolved **once**, every
-  address it resolves to is checked, and the socket connects to one of those checked addresses,
-  while the request's ``Host``, the TLS SNI and the certificate check stay the name's. No
-  DNS-rebinding window: nothing is resolved again between the check and the connect.
+* at every new connection (``http_async.CheckedResolver`` calls :func:`check`): the name is
+  resolved **once**, every address it resolves to is checked, and the socket connects to one of
+  those checked addresses, while the request's ``Host``, the TLS SNI and the certificate check stay
+  the name's. No DNS-rebinding window: nothing is resolved again between the check and the connect.
+  A literal address is checked before every send (``HttpAdapter.check``).
 
 A refusal raises :class:`DestinationRefused`, which the HTTP adapter answers as ``after-fix``
 with the reason (a person fixes the URL, or opens the network).
@@ -32,10 +33,6 @@ import socket
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
 from django.conf import settings
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
-from urllib3.util import connection
 
 Address = IPv4Address | IPv6Address
 
@@ -172,48 +169,3 @@ def known_problem(host: str) -> str | None:
     except DestinationRefused as exc:
         return str(exc)
     return None
-
-
-class CheckedHTTPConnection(HTTPConnection):
-    """urllib3's connection, resolving its host once and connecting only to a checked address."""
-
-    def _new_conn(self) -> socket.socket:
-        try:
-            addresses = check(self._dns_host, self.port)
-        except socket.gaierror as exc:
-            raise NameResolutionError(self.host, self, exc) from exc
-        last: OSError | None = None
-        for address in addresses:  # in the resolver's order, as urllib3's own connect tries them
-            try:
-                return connection.create_connection(
-                    (str(address), self.port),
-                    self.timeout,
-                    source_address=self.source_address,
-                    socket_options=self.socket_options,
-                )
-            except TimeoutError as exc:
-                last = exc
-                error = ConnectTimeoutError(
-                    self, f"Connection to {self.host} timed out. (connect timeout={self.timeout})"
-                )
-            except OSError as exc:
-                last = exc
-                error = NewConnectionError(self, f"Failed to establish a new connection: {exc}")
-        if last is None:
-            raise NewConnectionError(self, f"{self.host} resolves to no address")
-        raise error from last
-
-
-class CheckedHTTPSConnection(CheckedHTTPConnection, HTTPSConnection):
-    """The same, under TLS: the handshake's SNI and certificate check are for the host's name."""
-
-
-class CheckedHTTPConnectionPool(HTTPConnectionPool):
-    ConnectionCls = CheckedHTTPConnection
-
-
-class CheckedHTTPSConnectionPool(HTTPSConnectionPool):
-    ConnectionCls = CheckedHTTPSConnection
-
-
-POOL_CLASSES = {"http": CheckedHTTPConnectionPool, "https": CheckedHTTPSConnectionPool}

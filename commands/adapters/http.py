@@ -1,8 +1,10 @@
 """The HTTP adapter: POST the command's payload as JSON to the connector's URL.
 
-One urllib3 pool per process, shared by every dispatch thread (keep-alive connections to each
-receiver, at most ``ANKUSA_DISPATCH_CONCURRENCY`` per host), no automatic retries and no redirects:
-a retry is the retry decision's business, never the client's.
+The wire is ``commands.adapters.http_async`` (aiohttp, on the process's send loop): keep-alive
+connections per receiver, no automatic retries and no redirects (a retry is the retry decision's
+business, never the client's), a connect and a read timeout and a hard deadline of both summed.
+:meth:`HttpAdapter.send_async` is what the dispatcher awaits; :meth:`HttpAdapter.send` is the
+synchronous door for one send from anywhere else (it waits for the loop).
 
 Each request carries ``Idempotency-Key: <command id>`` so a receiver can dedupe our retries, and
 the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``).
@@ -19,12 +21,12 @@ The outlook of a failure, in precedence order:
    400, 404, 405, 410, 413, 415, 422 → ``never``; anything else (3xx, other 4xx) → none (unknown).
 
 A header value that cannot be sent (a CR or LF that would start another header, another control
-character, a character past Latin-1, the encoding http.client sends values in) is a configuration
+character, a character past Latin-1, the encoding header values are sent in) is a configuration
 problem: :func:`header_value_problem` is the one rule, used when a connector is saved (the model's
 validation, so the admin and the API refuse it), by :meth:`HttpAdapter.check` before a send (for rows
-stored before the rule), and by :meth:`HttpAdapter.send` if http.client refuses a header all the
-same. Each says which header, never its value: http.client's own message quotes the value
-("Invalid header value b'Bearer …'"), and an outcome's detail is shown to the tenant.
+stored before the rule), and by the send itself before a byte goes out. Each says which header,
+never its value: a client's own message quotes the value, and an outcome's detail is shown to the
+tenant.
 
 What this does not guarantee: a read timeout is ``again`` although the receiver may have acted;
 that is safe only because a retry needs a connector that declared idempotency.
@@ -32,16 +34,13 @@ that is safe only because a retry needs a connector that declared idempotency.
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-import urllib3
 from django.conf import settings
 
-from commands.adapters import EXCERPT_CHARS, Outcome, egress
+from commands.adapters import Outcome, egress
 from commands.retry import Outlook
 
 AGAIN_STATUSES = frozenset({408, 425, 429})
@@ -53,7 +52,7 @@ DRAIN_LIMIT_BYTES = 64 * 1024
 # An HTTP header name is a token (RFC 9110 §5.6.2).
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 # What a header value may hold (RFC 9110 §5.5): visible ASCII, space, tab, and the visible rest of
-# Latin-1 (obs-text; http.client encodes values as Latin-1). Not DEL or the C1 controls
+# Latin-1 (obs-text; values are sent encoded as Latin-1). Not DEL or the C1 controls
 # (0x7f-0x9f): no credential holds one, and a receiver may take one for the end of the header.
 _NOT_IN_HEADER_VALUE = re.compile(r"[^\t\x20-\x7e\xa0-\xff]")
 # Not quoted either: a name that is no token may hold a CR or LF.
@@ -143,51 +142,6 @@ def longest_send_s(connector=None) -> float:
     return sum(send_timeouts(connector))
 
 
-_pool: urllib3.PoolManager | None = None
-_pool_lock = threading.Lock()
-
-
-def pool() -> urllib3.PoolManager:
-    """This process's connection pool (created on first use, after settings are final)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = urllib3.PoolManager(
-                num_pools=64, maxsize=settings.ANKUSA_DISPATCH_CONCURRENCY, retries=False
-            )
-            # Each new connection resolves its host once, checks every address and connects to a
-            # checked one (commands.adapters.egress).
-            _pool.pool_classes_by_scheme = egress.POOL_CLASSES
-        return _pool
-
-
-# url -> (the host's connection pool in pool(), the request target): PoolManager.request parses
-# the URL and looks its pool up on every call, about 30 us of a send's CPU on a path every command
-# takes (measured against the benchmark's sink). Bounded: cleared past MAX_TARGETS urls.
-_targets: dict[str, tuple[urllib3.HTTPConnectionPool, str]] = {}
-MAX_TARGETS = 1024
-
-
-def _target(url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
-    found = _targets.get(url)
-    if found is None or found[0].pool is None:  # new, or closed by PoolManager.clear()
-        if len(_targets) >= MAX_TARGETS:
-            _targets.clear()
-        found = _targets[url] = (pool().connection_from_url(url), urllib3.util.parse_url(url).request_uri)
-    return found
-
-
-def _post(method: str, url: str, **options) -> urllib3.BaseHTTPResponse:
-    """``pool().request(method, url, redirect=False, ...)`` through the url's own connection pool."""
-    host_pool, target = _target(url)
-    try:
-        return host_pool.urlopen(method, target, redirect=False, assert_same_host=False, **options)
-    except urllib3.exceptions.ClosedPoolError:
-        # The PoolManager dropped (and closed) this host's pool since we looked: nothing was sent.
-        _targets.pop(url, None)
-        return pool().request(method, url, redirect=False, **options)
-
-
 def default_outlook(status: int | None) -> Outlook | None:
     """DESIGN.md's table; ``None`` status is a network error."""
     if status is None or status in AGAIN_STATUSES or 500 <= status <= 599:
@@ -207,17 +161,6 @@ def outlook_for(status: int, header: str | None, status_map: dict) -> Outlook | 
     if mapped in Outlook.values:
         return Outlook(mapped)
     return default_outlook(status)
-
-
-def _excerpt(response: urllib3.BaseHTTPResponse) -> str:
-    data = response.read(EXCERPT_CHARS)
-    remaining = response.length_remaining
-    if remaining is not None and remaining <= DRAIN_LIMIT_BYTES:
-        response.drain_conn()
-        response.release_conn()
-    else:
-        response.close()
-    return data.decode("utf-8", "replace")
 
 
 class HttpAdapter:
@@ -245,56 +188,16 @@ class HttpAdapter:
         return found
 
     def send(self, command) -> Outcome:
-        connector = command.connector
-        headers = sent_headers(connector)
-        headers["Content-Type"] = "application/json"
-        headers["Idempotency-Key"] = str(command.pk)
-        if connector.secret_header:
-            headers[connector.secret_header] = connector.secret
-        connect, read = send_timeouts(connector)
-        timeout = urllib3.Timeout(connect=connect, read=read)
-        body = json.dumps(command.payload, separators=(",", ":")).encode()
-        try:
-            response = _post(
-                connector.method,
-                connector.url,
-                body=body,
-                headers=headers,
-                timeout=timeout,
-                preload_content=False,
-            )
-        except egress.DestinationRefused as exc:
-            return Outcome(
-                ok=False, outlook=Outlook.AFTER_FIX, detail=str(exc), error_class="DestinationRefused"
-            )
-        except urllib3.exceptions.HTTPError as exc:
-            reason = getattr(exc, "reason", None) or exc
-            return Outcome(
-                ok=False,
-                outlook=Outlook.AGAIN,
-                detail=str(reason)[:EXCERPT_CHARS],
-                error_class=type(reason).__name__,
-            )
-        except ValueError:
-            # http.client refuses a header before a byte is sent ("Invalid header value b'…'", or a
-            # UnicodeEncodeError quoting the character), and urllib3 drops that connection. Its
-            # message quotes the value, so it is replaced; any other ValueError is a bug (unknown).
-            problem = next(header_problems(headers), None)
-            if problem is None:
-                raise
-            return Outcome(ok=False, outlook=Outlook.AFTER_FIX, detail=problem, error_class="Configuration")
-        status = response.status
-        excerpt = _excerpt(response)
-        if 200 <= status <= 299:
-            return Outcome(ok=True, status=status, excerpt=excerpt)
-        return Outcome(
-            ok=False,
-            outlook=outlook_for(status, response.headers.get("Retry-Outlook"), connector.status_map),
-            status=status,
-            detail=f"HTTP {status}",
-            error_class="HTTPStatus",
-            excerpt=excerpt,
-        )
+        """One send from a thread that is not the send loop's: run on the loop, waited for."""
+        from commands import event_loop
+
+        return event_loop.run(self.send_async(command))
+
+    async def send_async(self, command) -> Outcome:
+        """One send, as a coroutine on the send loop (what the dispatcher awaits)."""
+        from commands.adapters import http_async  # it imports this module's rules
+
+        return await http_async.send(command)
 
 
 ADAPTER = HttpAdapter()

@@ -66,6 +66,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    peer: tuple = ()  # the client's (address, port): one per connection it opened
 
     @property
     def json(self):
@@ -182,6 +183,7 @@ class Sink:
                     path=self.path,
                     headers=dict(self.headers.items()),
                     body=body,
+                    peer=self.client_address,
                 )
                 nth = sink._record(request)
                 try:

@@ -9,7 +9,6 @@ import socket
 import threading
 
 import pytest
-import urllib3
 
 from commands import adapters
 from commands.adapters import http
@@ -101,37 +100,23 @@ def test_outlook_precedence_without_a_server():
     assert default_outlook(None) == Outlook.AGAIN
 
 
-def test_a_host_pool_the_pool_manager_dropped_is_replaced_and_the_send_goes_out(http_command, sink):
+def test_sends_to_one_receiver_share_a_kept_alive_connection(http_command, sink):
     command = http_command()
     assert adapters.send(command).ok
-    http.pool().clear()  # what evicting the least recently used host does: its pool is closed
     assert adapters.send(command).ok
-    assert len(sink.received) == 2
+    first, second = sink.received
+    assert first.peer == second.peer  # the same client port: one connection, kept alive
 
 
-def test_a_busy_hosts_pool_outlives_many_other_hosts_and_keeps_its_connections(http_command, sink):
-    """Sends go to a host's pool without the PoolManager seeing them, so past its 64 pools it
-    forgets the busiest host first. It forgets without closing (urllib3 2): the kept pool must
-    stay in use, with its kept-alive connection, not be rebuilt."""
-    command = http_command()
-    assert adapters.send(command).ok
-    kept = http._targets[sink.url][0]
-    for n in range(2, 100):  # pools for other hosts; nothing is sent to them
-        http._target(f"http://127.0.0.{n}:9/")
-    assert adapters.send(command).ok
-    assert http._targets[sink.url][0] is kept and kept.pool is not None
-    assert kept.num_requests == 2  # both sends on its one kept-alive connection
-
-
-def test_a_host_pool_closed_just_before_the_send_is_sent_through_once_all_the_same(
-    http_command, sink, monkeypatch
+def test_a_connection_the_receiver_closed_is_replaced_and_each_send_goes_out_once(
+    make_connector, make_command, sink
 ):
-    receiver = urllib3.util.parse_url(sink.url)
-    closed = urllib3.HTTPConnectionPool(receiver.host, receiver.port)
-    closed.close()
-    monkeypatch.setattr(http, "_target", lambda url: (closed, "/receive"))
-    assert adapters.send(http_command()).ok
-    assert len(sink.received) == 1
+    sink.respond = lambda request, nth: (200, {"Connection": "close"})
+    connector = make_connector(url=sink.url)
+    commands = [make_command(connector) for _ in range(3)]
+    assert all(adapters.send(command).ok for command in commands)
+    assert [r.key for r in sink.received] == [str(c.pk) for c in commands]
+    assert len({r.peer for r in sink.received}) == 3
 
 
 def test_a_refused_connection_is_again_and_names_the_error(http_command):

@@ -15,9 +15,8 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
-from commands import adapters, dispatch
-from commands.adapters import egress
-from commands.adapters import http as http_adapter
+from commands import adapters, dispatch, event_loop
+from commands.adapters import egress, http_async
 from commands.models import Command, Connector
 from commands.retry import Outlook
 from commands.states import State
@@ -51,11 +50,9 @@ def resolver(monkeypatch):
 @pytest.fixture(autouse=True)
 def fresh_pool():
     """Each test gets new connections: a kept-alive one was checked under another test's rules."""
-    http_adapter.pool().clear()
-    http_adapter._targets.clear()
+    event_loop.run(http_async.close_session())
     yield
-    http_adapter.pool().clear()
-    http_adapter._targets.clear()
+    event_loop.run(http_async.close_session())
 
 
 def refusal(url: str) -> str:
@@ -232,6 +229,19 @@ def test_a_send_connects_to_the_address_it_checked_not_a_second_answer(
     assert asked == ["rebind.example"]  # resolved once, for the one connection it made
     [received] = sink.received
     assert received.headers["Host"] == f"rebind.example:{sink.port}"
+
+
+def test_a_kept_alive_connection_serves_the_next_send_without_a_new_lookup(
+    settings, make_connector, make_command, sink, resolver
+):
+    settings.ANKUSA_CONNECTOR_ALLOWED_NETWORKS = (ip_network("127.0.0.0/8"),)
+    answers, asked = resolver
+    answers["kept.example"] = [["127.0.0.1"]]
+    connector = make_connector(url=f"http://kept.example:{sink.port}/hook")
+    assert adapters.send(make_command(connector)).ok
+    assert adapters.send(make_command(connector)).ok
+    assert asked == ["kept.example"]  # one connection, checked once
+    assert len({r.peer for r in sink.received}) == 1
 
 
 def test_one_inside_address_among_a_names_answers_refuses_the_send(

@@ -1,0 +1,179 @@
+"""A dispatcher's sends in flight: tasks on the process's send loop (``commands.event_loop``).
+
+The dispatcher's thread keeps the shared list of claimed sends (``waiting``) filled; a scheduler
+task on the loop takes from it every send a connector slot allows (``Connector.max_in_flight``,
+else ``ANKUSA_DISPATCH_PER_CONNECTOR``; ``Connector.max_per_s`` spaces them), up to ``size``
+(``ANKUSA_DISPATCH_CONCURRENCY``) in flight, and runs each as a task: win its start, send, hand
+the outcome to the recorder.
+
+Guaranteed: a send goes out only after its ``queued → dispatching`` move committed (the task
+awaits the start thread's answer, ``dispatch._Starts``, before it sends). The loop never touches
+the database: starts are made on the start thread's connection, outcomes on the recorder's, so
+the sends in flight cost no database connection each, however many they are.
+
+Not guaranteed: that a connector's cap holds across processes (it is per process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter, deque
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from django.utils import timezone
+
+from commands import adapters, dispatch, event_loop
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from commands.dispatch import _Ask, _Entry, _Recorder
+
+
+class _Wake:
+    """What the dispatcher's thread notifies when it adds work: wakes the scheduler on the loop."""
+
+    def __init__(self, senders: Senders):
+        self.senders = senders
+
+    def notify(self, n: int = 1) -> None:
+        self.senders.wake()
+
+    def notify_all(self) -> None:
+        self.senders.wake()
+
+
+class Senders:
+    clock = staticmethod(time.monotonic)  # paces connectors with a rate; tests move it
+
+    def __init__(self, size: int, per_connector: int, stop: threading.Event, recorder: _Recorder | None):
+        self.size = size
+        self.per_connector = per_connector
+        self.stop = stop
+        self.recorder = recorder
+        self.starts = dispatch._Starts()
+        self.lock = threading.Lock()
+        self.work = _Wake(self)  # the dispatcher notifies here when it adds claimed sends
+        self.room = threading.Condition(self.lock)  # the dispatcher waits here for room to claim
+        self.waiting: deque[_Entry] = deque()
+        self.in_flight: Counter[int] = Counter()
+        self.next_due: dict[int, float] = {}  # connector -> when its next send is due (monotonic)
+        self.pace_wait: float | None = None
+        self.halted = False  # the dispatcher stops: take nothing more
+        self.closing = False
+        self.low_water = (dispatch.HELD_POOLS - dispatch.CLAIM_POOLS - 1) * size  # below: room to claim
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.woken: asyncio.Event | None = None
+        self.scheduled: Future | None = None
+        if size:
+            self.loop = event_loop.get()
+            self.scheduled = asyncio.run_coroutine_threadsafe(self._schedule(), self.loop)
+
+    def wake(self) -> None:
+        """Have the scheduler look again (from any thread)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._set_woken)
+
+    def _set_woken(self) -> None:
+        if self.woken is not None:
+            self.woken.set()
+
+    def _take(self) -> _Entry | None:
+        """The first waiting send whose connector allows one more now: a free slot of its cap
+        (``Connector.max_in_flight``, else the site's per-connector cap) and, with a rate
+        (``Connector.max_per_s``), its next send due. Called holding the lock; sets ``pace_wait``
+        to how long until a send held back by its rate is due (None: none is)."""
+        self.pace_wait = None
+        if self.halted or self.stop.is_set():
+            return None
+        now = self.clock()
+        for index, entry in enumerate(self.waiting):
+            connector = entry.command.connector
+            if self.in_flight[connector.pk] >= (connector.max_in_flight or self.per_connector):
+                continue
+            if connector.max_per_s:
+                due = self.next_due.get(connector.pk, now)
+                if due > now:
+                    wait = due - now
+                    self.pace_wait = wait if self.pace_wait is None else min(self.pace_wait, wait)
+                    continue
+                # Evenly spaced: the next one is due an interval after this one was due, so a send
+                # taken late keeps the schedule; after an idle spell, one send of catch-up at most.
+                self.next_due[connector.pk] = (
+                    max(due, now - 1 / connector.max_per_s) + 1 / connector.max_per_s
+                )
+            del self.waiting[index]
+            self.in_flight[connector.pk] += 1
+            if len(self.waiting) < self.low_water:
+                self.room.notify()
+            return entry
+        return None
+
+    async def _schedule(self) -> None:
+        """Start a task for every send that may go now; wait for a change (or a paced send due)."""
+        self.woken = asyncio.Event()
+        tasks: set[asyncio.Task] = set()
+        while True:
+            self.woken.clear()  # before looking: a change made after the look wakes the wait below
+            with self.lock:
+                while self.in_flight.total() < self.size and (entry := self._take()) is not None:
+                    task = asyncio.create_task(self._send(entry))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if self.closing and not self.in_flight.total():
+                    return
+                pace = self.pace_wait
+            try:
+                await asyncio.wait_for(self.woken.wait(), pace)
+            except TimeoutError:
+                pass  # a send held back by its connector's rate is due
+
+    async def _send(self, entry: _Entry) -> None:
+        sent: dispatch.Sent | dispatch.Unstarted | None = None
+        try:
+            started = timezone.now()
+            won = await self._start(entry, started)
+            sent = won if isinstance(won, dispatch.Unstarted) else None
+            if won is True:
+                outcome = await adapters.send_async(entry.command)  # never raises: a bug is an outcome
+                sent = dispatch.Sent(entry.command, entry.attempt, started, timezone.now(), outcome)
+            # None: not ours to send; the recorder finishes the item and counts it stale.
+            assert self.recorder is not None
+            self.recorder.hand(entry, sent)
+        finally:
+            with self.lock:
+                self.in_flight[entry.command.connector_id] -= 1
+                if not self.in_flight.total():
+                    self.room.notify()
+            self.woken.set()  # type: ignore[union-attr] - set by _schedule before any task
+
+    async def _start(self, entry: _Entry, now: datetime) -> bool | dispatch.Unstarted:
+        """Win the start on the start thread; the loop waits for its answer without a thread."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future = loop.create_future()
+
+        def answered(ask: _Ask) -> None:  # on the start thread
+            loop.call_soon_threadsafe(_settle, answer, ask.result())
+
+        asked = self.starts.ask(entry, now, answered)
+        if isinstance(asked, dispatch.Unstarted):
+            return asked
+        return await answer
+
+    def close(self) -> None:
+        """Finish the sends in flight (and what may still be taken), then end the start thread."""
+        with self.lock:
+            self.closing = True
+        if self.scheduled is not None:
+            self.wake()
+            self.scheduled.result()
+        self.starts.close()  # after the sends: none asks any more
+
+
+def _settle(future: asyncio.Future, result: object) -> None:
+    if not future.done():
+        future.set_result(result)
+
