@@ -8,8 +8,8 @@ stdlib only) that answers 200 after a fixed delay and counts requests, keys and 
 once, and runs ``manage.py dispatch`` as a separate process, 8 connectors, three runs:
 
 * ``deep`` — a 5 s receiver, the dispatcher set to 1,000 in flight (bound 200/s); the anchor in the
-  same run is a plain client of the library the sender uses (urllib3, a thread per request in
-  flight, as the sender) holding the same 1,000 requests in flight against the same receiver;
+  same run is a plain client of the library the sender uses (aiohttp, 1,000 tasks on one event
+  loop, as the sender) holding the same 1,000 requests in flight against the same receiver;
 * ``d200`` — a 200 ms receiver, 100 in flight (bound 500/s);
 * ``defaults`` — a 1 s receiver, one connector, every setting at its default.
 
@@ -323,41 +323,45 @@ def bench() -> None:
         }
 
     def anchor(delay: float, in_flight: int, seconds: float) -> dict:
-        """A plain client of the sender's library (urllib3, a thread per request in flight)."""
-        import urllib3
+        """A plain client of the sender's library (aiohttp: ``in_flight`` tasks on one event loop,
+        each posting again as soon as its answer is back, one session)."""
+        import aiohttp
 
         receiver = start_receiver(delay)
-        pool = urllib3.PoolManager(maxsize=in_flight, retries=False)
         body = json.dumps({"order": 1}).encode()
-        stop = threading.Event()
         count = [0]
-        lock = threading.Lock()
+        samples: list[tuple[float, int]] = []
+        cpu: list[float] = []
 
-        def work(number: int) -> None:
-            sent = 0
-            while not stop.is_set():
-                headers = {"Content-Type": "application/json", "Idempotency-Key": f"{number}-{sent}"}
-                response = pool.request("POST", receiver.url, body=body, headers=headers, timeout=30)
-                response.data  # noqa: B018 - read and released
-                sent += 1
-                with lock:
-                    count[0] += 1
+        async def main() -> None:
+            stop = asyncio.Event()
+            connector = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(connector=connector) as session:
 
-        threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(in_flight)]
+                async def work(number: int) -> None:
+                    sent = 0
+                    while not stop.is_set():
+                        headers = {"Content-Type": "application/json", "Idempotency-Key": f"{number}-{sent}"}
+                        async with session.post(receiver.url, data=body, headers=headers) as response:
+                            await response.read()
+                        sent += 1
+                        count[0] += 1
+
+                tasks = [asyncio.create_task(work(n)) for n in range(in_flight)]
+                await asyncio.sleep(delay + 3)  # as the dispatcher's window: after the first answers
+                ends = time.monotonic() + seconds + delay
+                while time.monotonic() < ends:
+                    samples.append((time.monotonic(), count[0]))
+                    cpu.append(time.process_time())
+                    await asyncio.sleep(0.1)
+                stop.set()
+                await asyncio.wait(tasks, timeout=delay + 10)
+
         try:
-            for thread in threads:
-                thread.start()
-            time.sleep(delay + 3)  # as the dispatcher's window: after the first answers
-            samples: list[tuple[float, int]] = []
-            cpu = []
-            ends = time.monotonic() + seconds + delay
-            while time.monotonic() < ends:
-                samples.append((time.monotonic(), count[0]))
-                cpu.append(time.process_time())
-                time.sleep(0.1)
-            stop.set()
-            for thread in threads:
-                thread.join(timeout=delay + 10)
+            # Its own thread, as the stats requests to the receiver block.
+            thread = threading.Thread(target=asyncio.run, args=(main(),))
+            thread.start()
+            thread.join()
             stats = receiver.stats()
         finally:
             receiver.stop()

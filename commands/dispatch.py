@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -624,7 +624,9 @@ class _Starts:
         ask.answered.wait()
         return ask.result()
 
-    def ask(self, entry: _Entry, now: datetime, then: Callable[[_Ask], None] | None = None) -> _Ask | Unstarted:
+    def ask(
+        self, entry: _Entry, now: datetime, then: Callable[[_Ask], None] | None = None
+    ) -> _Ask | Unstarted:
         """Ask for the start without waiting: ``then(ask)`` is called (on the start thread) once
         it is answered (``ask.result()``). ``Unstarted`` when closing: not asked, so not sent."""
         ask = _Ask(entry, now, then=then)

@@ -66,7 +66,7 @@ class Senders:
         self.closing = False
         self.low_water = (dispatch.HELD_POOLS - dispatch.CLAIM_POOLS - 1) * size  # below: room to claim
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.woken: asyncio.Event | None = None
+        self.woken = asyncio.Event()  # bound to the loop at its first wait (there)
         self.scheduled: Future | None = None
         if size:
             self.loop = event_loop.get()
@@ -75,11 +75,7 @@ class Senders:
     def wake(self) -> None:
         """Have the scheduler look again (from any thread)."""
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self._set_woken)
-
-    def _set_woken(self) -> None:
-        if self.woken is not None:
-            self.woken.set()
+            self.loop.call_soon_threadsafe(self.woken.set)
 
     def _take(self) -> _Entry | None:
         """The first waiting send whose connector allows one more now: a free slot of its cap
@@ -114,7 +110,6 @@ class Senders:
 
     async def _schedule(self) -> None:
         """Start a task for every send that may go now; wait for a change (or a paced send due)."""
-        self.woken = asyncio.Event()
         tasks: set[asyncio.Task] = set()
         while True:
             self.woken.clear()  # before looking: a change made after the look wakes the wait below
@@ -148,7 +143,7 @@ class Senders:
                 self.in_flight[entry.command.connector_id] -= 1
                 if not self.in_flight.total():
                     self.room.notify()
-            self.woken.set()  # type: ignore[union-attr] - set by _schedule before any task
+            self.woken.set()
 
     async def _start(self, entry: _Entry, now: datetime) -> bool | dispatch.Unstarted:
         """Win the start on the start thread; the loop waits for its answer without a thread."""
@@ -176,4 +171,3 @@ class Senders:
 def _settle(future: asyncio.Future, result: object) -> None:
     if not future.done():
         future.set_result(result)
-

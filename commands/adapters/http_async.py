@@ -134,7 +134,10 @@ def tls_context() -> ssl.SSLContext:
 
 def _failure(error_class: str, exc: BaseException) -> Outcome:
     return Outcome(
-        ok=False, outlook=Outlook.AGAIN, detail=str(exc)[:EXCERPT_CHARS] or error_class, error_class=error_class
+        ok=False,
+        outlook=Outlook.AGAIN,
+        detail=str(exc)[:EXCERPT_CHARS] or error_class,
+        error_class=error_class,
     )
 
 
@@ -172,7 +175,7 @@ async def _excerpt(response: aiohttp.ClientResponse) -> str:
             await response.read()  # the rest, then released for the next send
         else:
             response.close()
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         response.close()  # the status came back; a body cut short keeps what arrived
     return data.decode("utf-8", "replace")
 
@@ -208,7 +211,7 @@ async def send(command: Any) -> Outcome:
             excerpt = await _excerpt(response)
     except egress.DestinationRefused as exc:
         return Outcome(ok=False, outlook=Outlook.AFTER_FIX, detail=str(exc), error_class="DestinationRefused")
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         return _failure(_error_class(exc), exc)
     if 200 <= status <= 299:
         return Outcome(ok=True, status=status, excerpt=excerpt)
