@@ -116,8 +116,13 @@ def send(command: Command) -> Outcome:
 
 async def send_async(command: Command) -> Outcome:
     """:func:`send` as a coroutine on the send loop (``commands.event_loop``): an adapter with a
-    ``send_async`` is awaited; one without (the log adapter: no I/O to wait for) is called."""
-    refused = _refusal(command.connector)
+    ``send_async`` is awaited; one without (the log adapter: no I/O to wait for) is called.
+
+    The connector's problems are looked for once per connector object (the dispatcher reads its
+    connectors afresh for every drain): the check parses the URL and judges a literal address,
+    CPU a thousand sends in flight would otherwise spend per send. A name is still checked at
+    every connection (``http_async.CheckedResolver``)."""
+    refused = _refusal(command.connector, once=True)
     if refused is not None:
         return refused
     adapter = registry()[command.connector.kind]
@@ -129,8 +134,16 @@ async def send_async(command: Command) -> Outcome:
     return _shown(outcome, command.connector)
 
 
-def _refusal(connector: Connector) -> Outcome | None:
-    found = problems(connector)
+# Where send_async keeps a connector object's problems (see there).
+_PROBLEMS = "_send_problems"
+
+
+def _refusal(connector: Connector, *, once: bool = False) -> Outcome | None:
+    found = connector.__dict__.get(_PROBLEMS) if once else None
+    if found is None:
+        found = problems(connector)
+        if once:
+            connector.__dict__[_PROBLEMS] = found
     if not found:
         return None
     return Outcome(ok=False, outlook=Outlook.AFTER_FIX, detail="; ".join(found), error_class="Configuration")

@@ -55,6 +55,8 @@ from commands.retry import Outlook
 
 # Idle kept-alive connections close after this; a busy receiver's stay open.
 KEEPALIVE_S = 15.0
+# New connections being opened to one host at once (see PacedConnector).
+CONNECTING_PER_HOST = 32
 
 
 class CheckedResolver(AbstractResolver):
@@ -83,6 +85,26 @@ class CheckedResolver(AbstractResolver):
         pass
 
 
+class PacedConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, opening at most ``CONNECTING_PER_HOST`` connections to one host at a
+    time. A thousand sends starting at once would otherwise start a thousand connects at once,
+    and the connect timeout of the last would run while the loop still works through the first:
+    it would time out without the receiver being slow. The timeout starts once a slot is had;
+    the total deadline of the send still holds over the wait."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._connecting: dict[tuple[str | None, int | None], asyncio.Semaphore] = {}
+
+    async def _wrap_create_connection(self, *args: Any, req: Any, **kwargs: Any) -> Any:
+        key = (req.host, req.port)
+        slot = self._connecting.get(key)
+        if slot is None:
+            slot = self._connecting[key] = asyncio.Semaphore(CONNECTING_PER_HOST)
+        async with slot:
+            return await super()._wrap_create_connection(*args, req=req, **kwargs)
+
+
 _sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
 
@@ -91,7 +113,7 @@ def session() -> aiohttp.ClientSession:
     loop = asyncio.get_running_loop()
     found = _sessions.get(loop)
     if found is None or found.closed:
-        connector = aiohttp.TCPConnector(
+        connector = PacedConnector(
             limit=0,  # the dispatcher bounds the sends in flight, per connector and in all
             limit_per_host=0,
             use_dns_cache=False,
