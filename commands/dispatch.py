@@ -619,20 +619,19 @@ class _Starts:
         milliseconds from each sender's own.
         """
         ask = self.ask(entry, now)
-        if isinstance(ask, Unstarted):
-            return ask
         ask.answered.wait()
         return ask.result()
 
-    def ask(
-        self, entry: _Entry, now: datetime, then: Callable[[_Ask], None] | None = None
-    ) -> _Ask | Unstarted:
-        """Ask for the start without waiting: ``then(ask)`` is called (on the start thread) once
-        it is answered (``ask.result()``). ``Unstarted`` when closing: not asked, so not sent."""
+    def ask(self, entry: _Entry, now: datetime, then: Callable[[_Ask], None] | None = None) -> _Ask:
+        """Ask for the start without waiting: ``then(ask)`` is called once it is answered (on the
+        start thread, or here when closing), and ``ask.result()`` says how."""
         ask = _Ask(entry, now, then=then)
         with self.lock:
-            if self.closing:  # no thread left to answer: not asked, so not sent
-                return Unstarted()
+            if self.closing:  # no thread left to answer: not asked, so not sent (Unstarted)
+                ask.answered.set()
+                if then is not None:
+                    then(ask)
+                return ask
             if not self.threads:
                 self.threads = [
                     threading.Thread(target=self._run, name=f"start-{n}", daemon=True)
@@ -834,6 +833,17 @@ class _Recorder:
             self.closing = True
             self.changed.notify_all()
         self.thread.join()
+
+
+def _hand(
+    recorder: _Recorder, entry: _Entry, won, started: datetime, outcome: adapters.Outcome | None
+) -> None:
+    """What a send in flight gives the recorder: its outcome (sent), None (the start was not ours:
+    the item is finished as stale) or ``Unstarted`` (the start failed: undone, the item back)."""
+    if won is True and outcome is not None:
+        recorder.hand(entry, Sent(entry.command, entry.attempt, started, timezone.now(), outcome))
+    else:
+        recorder.hand(entry, won if isinstance(won, Unstarted) else None)
 
 
 @dataclass(frozen=True)
@@ -1081,8 +1091,15 @@ class Dispatcher:
         """
         replay_spool(self.queue)
         if self._senders is None:
+            recorder = _Recorder(self.queue)
             self._senders = sending.Senders(
-                self.concurrency, self.per_connector, self.stop, _Recorder(self.queue)
+                self.concurrency,
+                self.per_connector,
+                self.stop,
+                starts=_Starts(),
+                hand=functools.partial(_hand, recorder),
+                recorder=recorder,
+                low_water=(HELD_POOLS - CLAIM_POOLS - 1) * self.concurrency,  # below: room to claim
             )
         senders = self._senders
         # Connectors are read once per drain and shared by their commands: a drain lasts a round

@@ -7,7 +7,7 @@ else ``ANKUSA_DISPATCH_PER_CONNECTOR``; ``Connector.max_per_s`` spaces them), up
 the outcome to the recorder.
 
 Guaranteed: a send goes out only after its ``queued → dispatching`` move committed (the task
-awaits the start thread's answer, ``dispatch._Starts``, before it sends). The loop never touches
+awaits the start thread's answer before it sends). The loop never touches
 the database: starts are made on the start thread's connection, outcomes on the recorder's, so
 the sends in flight cost no database connection each, however many they are.
 
@@ -20,17 +20,22 @@ import asyncio
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from commands import adapters, dispatch, event_loop
+from commands import adapters, event_loop
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from commands.dispatch import _Ask, _Entry, _Recorder
+# What the dispatcher gives (commands.dispatch; not imported here, it imports this module):
+Entry = Any  # a claimed send: ``.command`` (its ``.connector``), ``.attempt``, ``.item``
+# hand(entry, won, started, outcome): the start's answer (True, False: not ours, or what a failed
+# start gives) and the outcome when it was sent (None otherwise), for the recorder.
+Hand = Callable[[Any, Any, "datetime", "adapters.Outcome | None"], None]
 
 
 class _Wake:
@@ -49,22 +54,36 @@ class _Wake:
 class Senders:
     clock = staticmethod(time.monotonic)  # paces connectors with a rate; tests move it
 
-    def __init__(self, size: int, per_connector: int, stop: threading.Event, recorder: _Recorder | None):
+    def __init__(
+        self,
+        size: int,
+        per_connector: int,
+        stop: threading.Event,
+        *,
+        starts: Any = None,
+        hand: Hand | None = None,
+        recorder: Any = None,
+        low_water: int = 0,
+    ):
+        """``starts``: the dispatcher's start thread (``ask(entry, now, then)``); ``hand``: where a
+        finished send goes; ``recorder``: kept for the dispatcher; ``low_water``: below this many
+        waiting, the dispatcher is told there is room to claim."""
         self.size = size
         self.per_connector = per_connector
         self.stop = stop
+        self.starts = starts
+        self.hand = hand
         self.recorder = recorder
-        self.starts = dispatch._Starts()
         self.lock = threading.Lock()
         self.work = _Wake(self)  # the dispatcher notifies here when it adds claimed sends
         self.room = threading.Condition(self.lock)  # the dispatcher waits here for room to claim
-        self.waiting: deque[_Entry] = deque()
+        self.waiting: deque[Entry] = deque()
         self.in_flight: Counter[int] = Counter()
         self.next_due: dict[int, float] = {}  # connector -> when its next send is due (monotonic)
         self.pace_wait: float | None = None
         self.halted = False  # the dispatcher stops: take nothing more
         self.closing = False
-        self.low_water = (dispatch.HELD_POOLS - dispatch.CLAIM_POOLS - 1) * size  # below: room to claim
+        self.low_water = low_water
         self.loop: asyncio.AbstractEventLoop | None = None
         self.woken = asyncio.Event()  # bound to the loop at its first wait (there)
         self.scheduled: Future | None = None
@@ -77,7 +96,7 @@ class Senders:
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self.woken.set)
 
-    def _take(self) -> _Entry | None:
+    def _take(self) -> Entry | None:
         """The first waiting send whose connector allows one more now: a free slot of its cap
         (``Connector.max_in_flight``, else the site's per-connector cap) and, with a rate
         (``Connector.max_per_s``), its next send due. Called holding the lock; sets ``pace_wait``
@@ -126,18 +145,15 @@ class Senders:
             except TimeoutError:
                 pass  # a send held back by its connector's rate is due
 
-    async def _send(self, entry: _Entry) -> None:
-        sent: dispatch.Sent | dispatch.Unstarted | None = None
+    async def _send(self, entry: Entry) -> None:
         try:
             started = timezone.now()
             won = await self._start(entry, started)
-            sent = won if isinstance(won, dispatch.Unstarted) else None
-            if won is True:
+            outcome = None
+            if won is True:  # the start committed: now, and only now, it goes out
                 outcome = await adapters.send_async(entry.command)  # never raises: a bug is an outcome
-                sent = dispatch.Sent(entry.command, entry.attempt, started, timezone.now(), outcome)
-            # None: not ours to send; the recorder finishes the item and counts it stale.
-            assert self.recorder is not None
-            self.recorder.hand(entry, sent)
+            assert self.hand is not None
+            self.hand(entry, won, started, outcome)
         finally:
             with self.lock:
                 self.in_flight[entry.command.connector_id] -= 1
@@ -145,17 +161,15 @@ class Senders:
                     self.room.notify()
             self.woken.set()
 
-    async def _start(self, entry: _Entry, now: datetime) -> bool | dispatch.Unstarted:
+    async def _start(self, entry: Entry, now: datetime) -> Any:
         """Win the start on the start thread; the loop waits for its answer without a thread."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future = loop.create_future()
 
-        def answered(ask: _Ask) -> None:  # on the start thread
+        def answered(ask: Any) -> None:  # on the start thread
             loop.call_soon_threadsafe(_settle, answer, ask.result())
 
-        asked = self.starts.ask(entry, now, answered)
-        if isinstance(asked, dispatch.Unstarted):
-            return asked
+        self.starts.ask(entry, now, answered)
         return await answer
 
     def close(self) -> None:

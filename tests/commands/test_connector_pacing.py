@@ -50,7 +50,7 @@ def waiting(connector: Connector, count: int) -> list[dispatch._Entry]:
 def test_a_connectors_rate_spaces_its_sends_and_leaves_the_others_alone(make_connector):
     paced = make_connector("paced", kind="log", max_per_s=4, max_in_flight=10)
     free = make_connector("free", kind="log", max_in_flight=10)
-    senders = sending.Senders(0, 10, threading.Event(), recorder=None)
+    senders = sending.Senders(0, 10, threading.Event())
     now = [100.0]
     senders.clock = lambda: now[0]
     senders.waiting.extend(waiting(paced, 3) + waiting(free, 2))
