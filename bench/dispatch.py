@@ -5,9 +5,9 @@
 It creates its own throw-away database (Django's test database for ``DATABASE_URL``, dropped at
 the end), starts the counting HTTP sink of the tests as a separate process, and measures:
 
-* ``raw_http_per_s`` — POSTs per second that the dispatch loop's own HTTP client (the same urllib3
-  pool, the same ``ANKUSA_DISPATCH_CONCURRENCY`` threads, in this same process) reaches against
-  the sink: the baseline.
+* ``raw_http_per_s`` — POSTs per second that the dispatch loop's own HTTP client (the same aiohttp
+  session on the same event loop, ``ANKUSA_DISPATCH_CONCURRENCY`` requests at once, in this same
+  process) reaches against the sink: the baseline.
 * ``dispatch_per_s`` — commands per second from ``approved`` to ``succeeded`` through one round of
   the loop (``run_round``: recover, sweep, consume; every state change and attempt row written)
   in one process with the same concurrency, against the same sink.
@@ -26,12 +26,12 @@ Prints a table, then one JSON line with the figures.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -50,8 +50,8 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
-from commands import dispatch  # noqa: E402
-from commands.adapters.http import pool  # noqa: E402
+from commands import dispatch, event_loop  # noqa: E402
+from commands.adapters import http_async  # noqa: E402
 from commands.models import Command, Connector  # noqa: E402
 from commands.states import State  # noqa: E402
 from limits.models import Tenant  # noqa: E402
@@ -72,30 +72,23 @@ class SinkProcess(ReceiverProcess):
 
 
 def raw_http(url: str, n: int, concurrency: int) -> float:
-    """Requests/s of the dispatch loop's HTTP client alone, ``concurrency`` threads."""
+    """Requests/s of the dispatch loop's HTTP client alone: its aiohttp session on its event loop,
+    ``concurrency`` tasks."""
     body = json.dumps({"order": 1, "action": "ship"}).encode()
     counter = iter(range(n))
-    lock = threading.Lock()
 
-    def work():
-        client = pool()
-        while True:
-            with lock:
-                number = next(counter, None)
-            if number is None:
-                return
+    async def work() -> None:
+        client = http_async.session()
+        while (number := next(counter, None)) is not None:
             headers = {"Content-Type": "application/json", "Idempotency-Key": f"raw-{number}"}
-            response = client.request("POST", url, body=body, headers=headers, preload_content=False)
-            response.read(1000)
-            response.drain_conn()
-            response.release_conn()
+            async with client.post(url, data=body, headers=headers) as response:
+                await response.read()
 
-    threads = [threading.Thread(target=work) for _ in range(concurrency)]
+    async def all_of_them() -> None:
+        await asyncio.gather(*(work() for _ in range(concurrency)))
+
     started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    event_loop.run(all_of_them())
     return n / (time.perf_counter() - started)
 
 
