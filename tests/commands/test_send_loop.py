@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 
 from commands import dispatch, event_loop, tasks
 from commands.models import Command, Connector
@@ -61,7 +61,14 @@ def test_hundreds_of_sends_in_flight_on_one_loop_hold_three_database_connections
         dispatch.sweep()
         summaries = []
         with dispatch.Dispatcher(concurrency=300, per_connector=100, batch=300, queue=queue) as dispatcher:
-            drain = threading.Thread(target=lambda: summaries.append(dispatcher.drain()))
+
+            def run() -> None:
+                try:
+                    summaries.append(dispatcher.drain())
+                finally:
+                    connections.close_all()  # this thread's own connection (claims, loading)
+
+            drain = threading.Thread(target=run)
             threads_before = threading.active_count()
             drain.start()
             peak_connections = peak_threads = peak_held = 0
