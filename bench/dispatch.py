@@ -50,8 +50,8 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
-from commands import dispatch  # noqa: E402
-from commands.adapters.http import pool  # noqa: E402
+from commands.dispatch import loop as dispatch  # noqa: E402
+from commands.dispatch.adapters.http import pool  # noqa: E402
 from commands.models import Command, Connector  # noqa: E402
 from commands.states import State  # noqa: E402
 from limits.models import Tenant  # noqa: E402

@@ -185,7 +185,7 @@ def recorded_round_trips(send):
     PostgreSQL (their Python around the socket stays). None on any other set-up."""
     from django.db import connection
 
-    from commands import intake
+    from commands.intake import submit as intake
     from limits.store import redis as redis_store
     from limits.store import settling
 

@@ -147,7 +147,7 @@ def bench() -> None:
     from django.db import connection
     from django.test.utils import setup_databases, teardown_databases
 
-    from commands import dispatch
+    from commands.dispatch import loop as dispatch
     from commands.models import Command, Connector
     from commands.states import State
     from limits.models import Tenant

@@ -5,8 +5,8 @@
   back: admin forms treat it as write-only. ``idempotent`` is a declaration by staff that two
   sends are one instruction; only an explicit true counts, and only then are failures retried.
 * ``Source``: a named way commands arrive for a tenant (``POST /hooks/<tenant>/<source>/``),
-  fanning out to one command per connector. Its signature verifier (``commands.signatures``) and
-  dedupe key location (``commands.event_keys``) are checked when it is saved (:meth:`Source.clean`),
+  fanning out to one command per connector. Its signature verifier (``commands.intake.signatures``) and
+  dedupe key location (``commands.intake.event_keys``) are checked when it is saved (:meth:`Source.clean`),
   so a bad configuration fails in the admin rather than on the first webhook. Its secrets are a
   list (rotation: add the new one, remove the old once the provider signs with it) and are
   write-only everywhere they are edited.
@@ -24,7 +24,7 @@
   the recovery, for a send whose worker died); the dispatch loop never rewrites or deletes one.
 
 Saving a connector decides again on its waiting commands in the same transaction
-(:meth:`Connector.save`, ``commands.actions.reconsider``): its ``after-fix`` commands, and its
+(:meth:`Connector.save`, ``commands.staff.actions.reconsider``): its ``after-fix`` commands, and its
 ``not-idempotent`` ones once it is declared idempotent, are queued at once — the fix a person just
 made should not wait out the 10-minute re-check period, nor the next round.
 """
@@ -46,9 +46,9 @@ from django.db.models.signals import m2m_changed
 from django.dispatch import receiver
 from django.utils import timezone
 
-from commands import adapters, event_keys, signatures
-from commands.adapters import egress
-from commands.adapters.http import (
+from commands.dispatch import adapters
+from commands.dispatch.adapters import egress
+from commands.dispatch.adapters.http import (
     HEADER_NAME,
     header_value_problem,
     longest_send_s,
@@ -56,8 +56,9 @@ from commands.adapters.http import (
     url_carries_credentials,
     url_port_problem,
 )
-from commands.explain import URGENCY_SQL
+from commands.intake import event_keys, signatures
 from commands.retry import Outlook, SkipReason
+from commands.staff.explain import URGENCY_SQL
 from commands.states import State, next_state
 from limits.models import TENANT_FIXED, FixedOnceCreated, Tenant, slug_validator
 
@@ -127,7 +128,7 @@ def validate_headers(value) -> None:
 
 
 def destination_problem(url: str) -> str | None:
-    """Why a connector may not send to ``url``'s host (``commands.adapters.egress``); None if it may,
+    """Why a connector may not send to ``url``'s host (``commands.dispatch.adapters.egress``); None if it may,
     or if the URL is not one the other rules accept (they say so)."""
     try:
         parts = urlsplit(url or "")
@@ -192,7 +193,7 @@ class Connector(FixedOnceCreated, models.Model):
         help_text="The header that carries the credential, e.g. Authorization.",
     )
     secret = models.TextField(blank=True, help_text="The full header value. Never shown back.")
-    # Pacing: how hard one dispatch process may press this receiver (commands.dispatch).
+    # Pacing: how hard one dispatch process may press this receiver (commands.dispatch.loop).
     max_in_flight = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -256,7 +257,7 @@ class Connector(FixedOnceCreated, models.Model):
     def save(self, *args, **kwargs) -> None:
         with transaction.atomic():
             super().save(*args, **kwargs)
-            from commands.actions import reconsider  # above this module: it queues, through dispatch
+            from commands.staff.actions import reconsider  # above this module: it queues, through dispatch
 
             self.reconsidered = reconsider(self)
 
@@ -547,7 +548,7 @@ class Command(models.Model):
                 fields=["skip_reason", "-id"], name="commands_failed_idx", condition=Q(state=State.FAILED)
             ),
             # The failed list's default order: what needs a person first, then oldest first
-            # (commands.explain.urgency() — the same SQL text, which SQLite needs to use it).
+            # (commands.staff.explain.urgency() — the same SQL text, which SQLite needs to use it).
             models.Index(
                 RawSQL(URGENCY_SQL, []),
                 F("id"),
@@ -676,7 +677,7 @@ class AuditEntry(models.Model):
 
 class DispatcherHeartbeat(models.Model):
     """One dispatch process (a ``manage.py dispatch`` loop or a Celery worker process) and the last
-    round it ran: written by ``commands.heartbeat.beat``, read by the dashboard."""
+    round it ran: written by ``commands.dispatch.heartbeat.beat``, read by the dashboard."""
 
     class Kind(models.TextChoices):
         LOOP = "loop", "dispatch loop"

@@ -3,10 +3,10 @@
 every ``ANKUSA_DISPATCH_RECOVER_S``, and ``poll`` every ``ANKUSA_DISPATCH_POLL_S`` for the commands
 intake queued itself; see ``CELERY_BEAT_SCHEDULE`` in the settings).
 
-Each task calls one function of ``commands.dispatch``. When a step puts items on the queue, it asks
+Each task calls one function of ``commands.dispatch.loop``. When a step puts items on the queue, it asks
 for a ``consume`` with ``transaction.on_commit``, so a worker is never told about an item whose
 transaction has not committed. Any number of workers may run these at once: the conditional state
-changes in ``commands.dispatch`` keep a command from being sent twice.
+changes in ``commands.dispatch.loop`` keep a command from being sent twice.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from django.core.cache import caches
 from django.db import transaction
 from redis.exceptions import LockNotOwnedError
 
-from commands import dispatch, heartbeat, retention
+from commands import retention
+from commands.dispatch import heartbeat
+from commands.dispatch import loop as dispatch
 
 
 def consume_after_commit() -> None:

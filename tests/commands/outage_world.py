@@ -14,7 +14,7 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
-    from commands import dispatch
+    from commands.dispatch import loop as dispatch
     from commands.models import Command, Connector
     from limits.models import Tenant
 

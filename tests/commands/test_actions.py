@@ -1,4 +1,4 @@
-"""Staff actions (``commands.actions``): the dry run's breakdown, the guards, the compare-and-set,
+"""Staff actions (``commands.staff.actions``): the dry run's breakdown, the guards, the compare-and-set,
 the audit row, the spread of a bulk resend, and a resend going out once through the real loop."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import connections
 
-from commands import actions, dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Attempt, AuditEntry, Command
 from commands.retry import Outlook, SkipReason
+from commands.staff import actions
 from commands.states import State
 from limits.authentication import TenantClient
 from limits.models import ApiToken
@@ -267,7 +268,7 @@ def test_a_resent_non_idempotent_command_goes_out_once_then_waits_for_a_person_a
 
 RESEND_SNIPPET = """
 from django.contrib.auth.models import User
-from commands import actions
+from commands.staff import actions
 from commands.models import Command
 try:
     done = actions.perform("resend", Command.objects.filter(pk={pk}), user=User.objects.get(username="admin"),

@@ -11,9 +11,9 @@ import threading
 import pytest
 import urllib3
 
-from commands import adapters
-from commands.adapters import http
-from commands.adapters.http import default_outlook, outlook_for
+from commands.dispatch import adapters
+from commands.dispatch.adapters import http
+from commands.dispatch.adapters.http import default_outlook, outlook_for
 from commands.retry import Outlook
 from tests.commands.sink import script
 
@@ -351,7 +351,7 @@ def test_dispatch_records_an_unsendable_secret_as_after_fix_without_quoting_it(
 ):
     from django.core.management import call_command
 
-    from commands import dispatch
+    from commands.dispatch import loop as dispatch
     from commands.models import Attempt
     from queues.fifo import get_queue
 

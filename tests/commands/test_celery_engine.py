@@ -11,7 +11,8 @@ import pytest
 from django.conf import settings
 from django.core.cache import caches
 
-from commands import dispatch, tasks
+from commands import tasks
+from commands.dispatch import loop as dispatch
 from commands.models import Command
 from commands.states import State
 from queues.fifo import get_queue

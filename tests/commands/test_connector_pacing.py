@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.core.exceptions import ValidationError
 
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Command, Connector
 from commands.states import State
 from queues.fifo import Item, get_queue

@@ -12,7 +12,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Command
 from commands.states import State
 from queues.fifo import get_queue

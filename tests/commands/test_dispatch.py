@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Attempt, Command
 from commands.retry import Outlook, SkipReason
 from commands.states import Event, State

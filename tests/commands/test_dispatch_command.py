@@ -13,7 +13,7 @@ from django.core.cache import caches
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Command, Source
 from commands.states import State
 from queues.fifo import get_queue

@@ -14,7 +14,8 @@ import time_machine
 from django.conf import settings
 from django.db import OperationalError
 
-from commands import adapters, dispatch, spool
+from commands.dispatch import adapters, spool
+from commands.dispatch import loop as dispatch
 from commands.models import Attempt, Command
 from commands.retry import Outlook, SkipReason
 from commands.states import State

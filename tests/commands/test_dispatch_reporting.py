@@ -10,7 +10,7 @@ import pytest
 import time_machine
 from prometheus_client import REGISTRY
 
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.retry import Outlook
 from commands.states import State
 from queues.fifo import get_queue

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connections
 
-from commands import adapters, dispatch
+from commands.dispatch import adapters
+from commands.dispatch import loop as dispatch
 from commands.models import Attempt, Command
 from commands.retry import Outlook
 from commands.states import Event, State

@@ -15,9 +15,10 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
-from commands import adapters, dispatch
-from commands.adapters import egress
-from commands.adapters import http as http_adapter
+from commands.dispatch import adapters
+from commands.dispatch import loop as dispatch
+from commands.dispatch.adapters import egress
+from commands.dispatch.adapters import http as http_adapter
 from commands.models import Command, Connector
 from commands.retry import Outlook
 from commands.states import State

@@ -11,7 +11,9 @@ from django.conf import settings
 from django.db import connection, connections
 from django.urls import reverse
 
-from commands import dispatch, heartbeat, tasks
+from commands import tasks
+from commands.dispatch import heartbeat
+from commands.dispatch import loop as dispatch
 from commands.models import DispatcherHeartbeat
 from limits.models import Tenant
 from queues.fifo import get_queue

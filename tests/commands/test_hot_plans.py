@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Command
 from commands.states import State
 from queues.backends import database

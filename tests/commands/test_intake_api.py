@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Command
 from commands.states import State
 from limits.models import ApiToken, Tenant

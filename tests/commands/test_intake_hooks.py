@@ -14,7 +14,8 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from commands import dispatch, hooks
+from commands.dispatch import loop as dispatch
+from commands.intake import hooks
 from commands.models import Command, Delivery, Source
 from commands.states import State
 from limits import admission
@@ -335,7 +336,7 @@ def test_a_huge_event_id_header_is_stored_as_its_sha256(hook_source, post_hook):
 
 
 def test_a_replayed_stripe_webhook_is_401(tenant, client, make_connector):
-    from commands.signatures import build_verifier
+    from commands.intake.signatures import build_verifier
 
     source = Source.objects.create(
         tenant=tenant,

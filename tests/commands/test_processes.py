@@ -12,7 +12,7 @@ import time
 import pytest
 from django.conf import settings
 
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Command, Source
 from commands.states import State
 from queues.fifo import get_queue

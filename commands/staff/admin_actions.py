@@ -1,7 +1,7 @@
 """Staff actions on commands in the admin: approve, resend, cancel, make a new command.
 
 Thin, as ``STYLE.md`` asks: each action parses the form, checks the permission and calls one
-function of ``commands.actions`` (``plan`` for the dry run, ``perform`` / ``new_command`` to do
+function of ``commands.staff.actions`` (``plan`` for the dry run, ``perform`` / ``new_command`` to do
 it), then reports with ``message_user``. The rules — who may, which command is eligible, the
 compare-and-set, the audit row — live there, shared with the REST API.
 
@@ -18,7 +18,7 @@ compare-and-set, the audit row — live there, shared with the REST API.
   editable JSON; the original is cancelled and linked from the copy.
 
 Pacing is the domain's: a bulk resend gets due times spread at ``ANKUSA_RESEND_PER_S`` with jitter
-(``commands.actions.perform``), so the page only says how many and when the first goes.
+(``commands.staff.actions.perform``), so the page only says how many and when the first goes.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from ankusa_site.admin import StorableJSONField, selected_across
-from commands import actions
-from commands.admin_lists import CappedPaginator
-from commands.explain import explain
 from commands.models import Command
+from commands.staff import actions
+from commands.staff.admin_lists import CappedPaginator
+from commands.staff.explain import explain
 from commands.states import State
 
 

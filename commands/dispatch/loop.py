@@ -6,7 +6,7 @@
   ``max_in_flight`` or ``ANKUSA_DISPATCH_PER_CONNECTOR`` per connector) each win ``queued →
   dispatching`` for the attempt the sweep decided (one thread makes the starts asked for meanwhile)
   and send at once; a recorder thread writes each batch of outcomes in one transaction, keeping
-  them (or spooling them, ``commands.spool``) until written. Senders never touch the database: a
+  them (or spooling them, ``commands.dispatch.spool``) until written. Senders never touch the database: a
   process holds a few connections however many sends are in flight.
 * **recover** — a command ``dispatching`` past the visibility timeout becomes ``failed`` with no
   outlook; expired items go back to the queue; a ``queued`` command with no item gets one.
@@ -43,7 +43,8 @@ from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
 from ankusa_site.stock import stock
-from commands import adapters, heartbeat, retry, spool
+from commands import retry
+from commands.dispatch import adapters, heartbeat, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -108,7 +109,7 @@ def enqueue_with_commit(queue: ReliableFIFO, payloads: list[dict]) -> None:
 def decide_for(row: dict, now: datetime) -> retry.Decision:
     """The retry decision for a command read as a dict (``state``, ``last_outlook``, ...).
 
-    A failed command a person resent (``resend_by``, see ``commands.actions``) is taken whatever the
+    A failed command a person resent (``resend_by``, see ``commands.staff.actions``) is taken whatever the
     decision would say: the person decided. Once — the send's outcome clears the mark.
     """
     if row.get("resend_by") is not None and row["state"] == State.FAILED:
@@ -166,7 +167,7 @@ def sweep(
     while True:
         with transaction.atomic():
             due = Command.objects.due(now).filter(id__gt=after).order_by("id")
-            if connector is not None:  # a saved connector's commands (commands.actions.reconsider)
+            if connector is not None:  # a saved connector's commands (commands.staff.actions.reconsider)
                 due = due.filter(connector_id=connector)
             rows = list(
                 due.select_for_update(skip_locked=True, of=("self",)).values(*DECISION_FIELDS)[:batch]
@@ -783,7 +784,7 @@ class _Recorder:
     An outcome is kept until it is written: a batch that fails (the database is down) is tried
     again after a pause doubling up to ``RETRY_MAX_S``, together with what arrived meanwhile. On
     ``close`` it is tried once more, and what still cannot be written goes to the spool
-    (``commands.spool``), for the next dispatcher on this node to write back.
+    (``commands.dispatch.spool``), for the next dispatcher on this node to write back.
     """
 
     def __init__(self, queue: ReliableFIFO, *, pause: Callable[[int], float] | None = None):
@@ -965,7 +966,7 @@ def item_record(item: Item) -> dict:
 
 
 def replay_spool(queue: ReliableFIFO) -> Counter:
-    """Write back the outcomes spooled on this node (see ``commands.spool``); the counts of the
+    """Write back the outcomes spooled on this node (see ``commands.dispatch.spool``); the counts of the
     states they reached. Raises when the database does not take them; the files stay."""
     results: Counter = Counter()
     for path in spool.pending():

@@ -2,12 +2,12 @@
 
 from rest_framework.routers import SimpleRouter
 
-from commands import api
+from commands.staff import api
 
 router = SimpleRouter()
 router.register("sources", api.SourceViewSet, basename="commands-source")
 router.register("connectors", api.ConnectorViewSet, basename="commands-connector")
-# POST /commands/ is commands.intake_api.submit, as it was before the viewset took the path over.
+# POST /commands/ is commands.intake.rest.submit, as it was before the viewset took the path over.
 router.register("commands", api.CommandViewSet, basename="commands-command")
 router.register("deliveries", api.DeliveryViewSet, basename="commands-delivery")
 router.register("audit-entries", api.AuditEntryViewSet, basename="commands-auditentry")

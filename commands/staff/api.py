@@ -1,8 +1,8 @@
 """REST endpoints of the commands app: sources, connectors, commands and their staff actions,
-deliveries and audit entries (mounted under ``/api/v1/`` by ``commands.api_urls``).
+deliveries and audit entries (mounted under ``/api/v1/`` by ``commands.staff.api_urls``).
 
 Who may do what is ``ankusa_site.permissions.ApiPermission``: staff by their Django permissions (the
-viewer / operator / admin groups of ``commands.staff_groups``), tenant tokens read their own
+viewer / operator / admin groups of ``commands.staff.staff_groups``), tenant tokens read their own
 tenant's rows only (another tenant's row is a 404, exactly like a missing one) and submit
 commands; they never run a staff action, never read audit entries.
 
@@ -10,10 +10,10 @@ commands; they never run a staff action, never read audit entries.
   accepted on write and never returned; ``secret_set`` / ``secrets_set`` say whether (how many).
   A delivery never shows a signature header (the intake keeps none; the filter here is a second
   guard).
-* ``POST /commands/`` is ``commands.intake_api.submit`` unchanged (quota, dedupe, queue).
+* ``POST /commands/`` is ``commands.intake.rest.submit`` unchanged (quota, dedupe, queue).
 * The staff actions (``approve``, ``resend``, ``cancel`` on one command or in bulk, and
   ``new-command``) parse their input, check the action's permission and call one function of
-  ``commands.actions``, which holds the guards, the compare-and-set and the audit row; a dry run
+  ``commands.staff.actions``, which holds the guards, the compare-and-set and the audit row; a dry run
   answers its plan and writes nothing.
 * Big lists (commands, deliveries, attempts, audit) are cursor pages: no COUNT over the table,
   and the cost of a page does not grow with the table (see the query-count test).
@@ -50,8 +50,11 @@ from ankusa_site.api import (
     paging_params,
     refuse_unknown_query_params,
 )
-from commands import actions, intake_api
-from commands.explain import (
+from commands.intake import rest as intake_api
+from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, Source
+from commands.retry import Outlook, SkipReason
+from commands.staff import actions
+from commands.staff.explain import (
     AFTER_FIX,
     MACHINE,
     NO_REASON,
@@ -61,8 +64,6 @@ from commands.explain import (
     explain,
     waiting_for,
 )
-from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, Source
-from commands.retry import Outlook, SkipReason
 from commands.states import State
 from limits.authentication import tenant_of
 from limits.models import Tenant
@@ -427,7 +428,7 @@ class CommandDetailSerializer(CommandSerializer):
         }
 
 
-# Why a command waits, as the admin's filter reads it (``commands.explain.waiting_for``): each skip
+# Why a command waits, as the admin's filter reads it (``commands.staff.explain.waiting_for``): each skip
 # reason, ``after-fix`` (an outlook, stored as backing off or undecided), a pending resend, none.
 WAIT_CHOICES = [(key, key) for key in [AFTER_FIX, *SkipReason.values, RESEND_PENDING, NO_REASON]]
 
@@ -546,7 +547,7 @@ def action_schema(request, description: str, operation_id: str):
 
 
 def run_action(name: str, queryset, request, data: dict) -> Response:
-    """Plan or perform one staff action (``commands.actions``) and answer its dict."""
+    """Plan or perform one staff action (``commands.staff.actions``) and answer its dict."""
     user, override = request.user, data["override"]
     try:
         if data["dry_run"]:

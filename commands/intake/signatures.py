@@ -19,7 +19,7 @@ What it does not do: it does not dedupe (a replay inside the tolerance passes he
 by the event-key claim), and it never logs or returns a secret or the expected signature. GitHub's
 and Shopify's schemes sign the body alone (``UNTIMESTAMPED``): a captured webhook re-sent later,
 even under a new delivery id, verifies; a source's ``dedupe_body`` catches that within the claim
-TTL (``commands.event_keys.body_key``).
+TTL (``commands.intake.event_keys.body_key``).
 
 A bad configuration (unknown scheme, no secret, a Standard Webhooks secret that is not base64)
 raises ``VerifierConfigError`` naming the field, so it fails when staff save the source rather
@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from commands.headers import Headers
+from commands.intake.headers import Headers
 
 # The providers' own default: Stripe's and Standard Webhooks' libraries both use 300 s.
 DEFAULT_TOLERANCE_S = 300

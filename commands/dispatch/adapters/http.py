@@ -8,7 +8,7 @@ Each request carries ``Idempotency-Key: <command id>`` so a receiver can dedupe 
 the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``).
 The connector's own headers go too, but never a framing or hop-by-hop one, one a send sets itself
 or the credential's (:func:`sent_headers`; refused when saved, left out for rows saved before).
-Every new connection goes only to an address ``commands.adapters.egress`` allows, checked where it
+Every new connection goes only to an address ``commands.dispatch.adapters.egress`` allows, checked where it
 connects; a refused one is ``after-fix``.
 
 The outlook of a failure, in precedence order:
@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import urllib3
 from django.conf import settings
 
-from commands.adapters import EXCERPT_CHARS, Outcome, egress
+from commands.dispatch.adapters import EXCERPT_CHARS, Outcome, egress
 from commands.retry import Outlook
 
 AGAIN_STATUSES = frozenset({408, 425, 429})
@@ -156,7 +156,7 @@ def pool() -> urllib3.PoolManager:
                 num_pools=64, maxsize=settings.ANKUSA_DISPATCH_CONCURRENCY, retries=False
             )
             # Each new connection resolves its host once, checks every address and connects to a
-            # checked one (commands.adapters.egress).
+            # checked one (commands.dispatch.adapters.egress).
             _pool.pool_classes_by_scheme = egress.POOL_CLASSES
         return _pool
 

@@ -16,7 +16,7 @@ who makes it (the machine, a person, nobody) and when: "the last of 3 tries fail
 
 :data:`SKIP_REASONS` keeps each reason's static label, meaning and tone, for a legend or a count.
 What this does not do: read the connector or the attempts (a connector's change re-decides the
-stored reasons in the same transaction, ``commands.actions.reconsider``); it may be a round stale.
+stored reasons in the same transaction, ``commands.staff.actions.reconsider``); it may be a round stale.
 """
 
 from __future__ import annotations

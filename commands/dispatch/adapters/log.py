@@ -12,7 +12,7 @@ import json
 import logging
 
 from ankusa_site.logs import log_event
-from commands.adapters import Outcome
+from commands.dispatch.adapters import Outcome
 
 logger = logging.getLogger("ankusa.connector")
 

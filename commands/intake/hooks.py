@@ -45,8 +45,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ankusa_site.answers import answer_unreachable
 from ankusa_site.logs import log_event
-from commands import event_keys, intake, signatures
-from commands.headers import Headers
+from commands.intake import event_keys, signatures
+from commands.intake import submit as intake
+from commands.intake.headers import Headers
 from commands.models import KEPT_HEADERS, MAX_KEPT_HEADER_CHARS, Connector, Source
 from limits.models import LimitOverride, slug_validator
 from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes

@@ -4,7 +4,7 @@ Read-only. Each figure is one GROUP BY query, never one per row or per state: co
 failed commands by why they wait (the badge's rule, ``admin_lists.waits_for``), and attempts that
 finished in the last 24 hours by hour and outcome. The queues come from ``queues.actions.overview``;
 a backend that fails (Redis down) is a line on the page, never an error page. Whether the dispatch
-loop is alive comes from ``commands.heartbeat`` (each process's last round, and a warning when none
+loop is alive comes from ``commands.dispatch.heartbeat`` (each process's last round, and a warning when none
 ran recently). The page reloads itself every ``REFRESH_S`` seconds.
 
 The chart is SVG made here, on the server, and inlined in the page: no JavaScript, no CDN, so the
@@ -26,11 +26,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from commands import heartbeat
-from commands.admin_lists import NO_REASON, waits_for
-from commands.explain import SKIP_REASONS
+from commands.dispatch import heartbeat
 from commands.models import Attempt, Command
 from commands.retry import Outlook
+from commands.staff.admin_lists import NO_REASON, waits_for
+from commands.staff.explain import SKIP_REASONS
 from commands.states import State
 
 # The chart's series, bottom to top, with their colours (the badges' tones where they match).

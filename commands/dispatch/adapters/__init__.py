@@ -191,7 +191,7 @@ def _may_quote_a_credential(exc: BaseException, connector: Connector) -> bool:
     """Whether ``exc`` or an exception in its chain may quote the secret or a header value that
     cannot be sent (the values an error about a header quotes). Header values that can be sent are
     not secret: staff and the tenant read them on the connector."""
-    from commands.adapters.http import header_value_problem
+    from commands.dispatch.adapters.http import header_value_problem
 
     values = [connector.secret] if connector.secret else []
     values += [

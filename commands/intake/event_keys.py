@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from commands.headers import Headers
+from commands.intake.headers import Headers
 
 MAX_KEY_BYTES = 200
 

@@ -40,7 +40,8 @@ from django.db.models import Case, CharField, Count, Q, Value, When
 from django.utils import timezone
 
 from ankusa_site.logs import log_event
-from commands import dispatch, retry
+from commands import retry
+from commands.dispatch import loop as dispatch
 from commands.models import AuditEntry, Command
 from commands.retry import Outlook
 from commands.states import Event, State

@@ -1,5 +1,5 @@
-"""Intake: the one function both front doors call — a webhook (``commands.hooks``) and a REST
-submission (``commands.intake_api``) — to turn an authenticated request into stored commands.
+"""Intake: the one function both front doors call — a webhook (``commands.intake.hooks``) and a REST
+submission (``commands.intake.rest``) — to turn an authenticated request into stored commands.
 
 ``submit(arrival)``: one store call (quota charges and the dedupe claim together; a refusal there
 spends and stores nothing), one write (the delivery, its commands, and for those born ``approved``
@@ -44,7 +44,7 @@ from ankusa_site.logs import log_event
 from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail
 from ankusa_site.prepared import execute_prepared
 from ankusa_site.stock import stock
-from commands import dispatch
+from commands.dispatch import loop as dispatch
 from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
 from limits import admission

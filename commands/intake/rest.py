@@ -21,7 +21,7 @@ Who may submit for which tenant:
   tenant it names in ``"tenant"`` (required), charged to that tenant's quota;
 * anyone else is 403.
 
-``submit(request)`` is self-contained: ``commands.api.CommandViewSet.create`` (the POST of
+``submit(request)`` is self-contained: ``commands.staff.api.CommandViewSet.create`` (the POST of
 ``/api/v1/commands/``) calls it and declares its schema. The body is read and parsed here, not by DRF's parsers, so
 the size limit applies before reading and hostile JSON is a 400, never a 500.
 """
@@ -41,7 +41,8 @@ from rest_framework.response import Response
 from ankusa_site.answers import answer_unreachable
 from ankusa_site.api import StrictSerializer, json_errors
 from ankusa_site.logs import log_event
-from commands import event_keys, intake
+from commands.intake import event_keys
+from commands.intake import submit as intake
 from commands.models import Command, Connector
 from limits.authentication import tenant_of
 from limits.models import Tenant

@@ -1,7 +1,7 @@
 """The pieces of the command lists that must stay cheap on 100,000+ rows: filters, the paginator,
 and the columns that say why a command waits.
 
-* **Why it waits** comes from ``commands.explain``: the badge, the line under it (the reason, the
+* **Why it waits** comes from ``commands.staff.explain``: the badge, the line under it (the reason, the
   next event and when) and the next-check column. The skip-reason filter, the API's ``skip_reason``
   and the dashboard's counts use its rule (``waits_for`` / ``waiting_for``), so a badge, a filter
   and a count never disagree.
@@ -33,7 +33,9 @@ from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
 from ankusa_site.admin import parse_id, readable_json
-from commands.explain import (  # noqa: F401 (waits_for: the dashboard's import)
+from commands.models import Command, Connector
+from commands.retry import SkipReason
+from commands.staff.explain import (  # noqa: F401 (waits_for: the dashboard's import)
     AFTER_FIX,
     MACHINE,
     NO_REASON,
@@ -45,8 +47,6 @@ from commands.explain import (  # noqa: F401 (waits_for: the dashboard's import)
     waiting_for,
     waits_for,
 )
-from commands.models import Command, Connector
-from commands.retry import SkipReason
 from commands.states import State
 
 

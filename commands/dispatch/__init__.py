@@ -1,0 +1,1 @@
+"""Dispatch: the loop that sends queued commands."""
