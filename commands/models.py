@@ -193,7 +193,7 @@ class Connector(FixedOnceCreated, models.Model):
         help_text="The header that carries the credential, e.g. Authorization.",
     )
     secret = models.TextField(blank=True, help_text="The full header value. Never shown back.")
-    # Pacing: how hard one dispatch process may press this receiver (commands.dispatch.loop).
+    # Pacing: how hard one dispatch process may press this receiver (commands.dispatch.senders).
     max_in_flight = models.PositiveIntegerField(
         null=True,
         blank=True,

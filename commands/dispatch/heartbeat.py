@@ -1,6 +1,6 @@
 """Whether the dispatch loop is alive: each dispatch process records its last round in the database.
 
-:func:`beat` is called once per round by whatever runs the rounds — ``commands.dispatch.loop.run_round``
+:func:`beat` is called once per round by whatever runs the rounds — ``commands.dispatch.rounds.run_round``
 (the ``manage.py dispatch`` loop) and the Celery ``sweep`` task — and upserts one
 ``DispatcherHeartbeat`` row named ``host:pid``. It works on SQLite and PostgreSQL alike (no Redis),
 costs one UPDATE per round (an INSERT the first time), and never raises: a heartbeat that cannot be

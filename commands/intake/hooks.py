@@ -7,7 +7,7 @@
 3. a signature the source's verifier refuses → 401: nothing stored and **no quota spent**;
 4. a body that is not UTF-8 JSON a database can store, or lacks the event key the source dedupes
    on → 400;
-5. ``commands.intake.submit``: one store call, one transaction, the claim settled →
+5. ``commands.intake.submit.submit``: one store call, one transaction, the claim settled →
    202 ``{"status": "accepted", "id": <delivery>, "commands": [...]}``,
    200 ``{"status": "duplicate", "id": <original delivery>}``, or 429 / 409 / 413 / 503.
 
@@ -46,8 +46,10 @@ from django.views.decorators.csrf import csrf_exempt
 from ankusa_site.answers import answer_unreachable
 from ankusa_site.logs import log_event
 from commands.intake import event_keys, signatures
-from commands.intake import submit as intake
+from commands.intake.arrival import Arrival, Duplicated
 from commands.intake.headers import Headers
+from commands.intake.http import Refusal, measured, parse_json, read_body, refusal
+from commands.intake.submit import submit
 from commands.models import KEPT_HEADERS, MAX_KEPT_HEADER_CHARS, Connector, Source
 from limits.models import LimitOverride, slug_validator
 from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes
@@ -57,44 +59,44 @@ SLUG = re.compile(slug_validator.regex.pattern)
 
 
 @csrf_exempt
-@intake.measured("hooks")
+@measured("hooks")
 @answer_unreachable(wrote=False)  # a read on the way (the source's, its cache expired): 503
 def receive(request, tenant: str, source: str):
     if request.method != "POST":
         detail = f"{request.method[:10]} is not allowed here; POST a webhook."
-        return _refused(None, intake.Refusal(405, "method_not_allowed", detail, {"Allow": "POST"}))
+        return _refused(None, Refusal(405, "method_not_allowed", detail, {"Allow": "POST"}))
     if not (SLUG.fullmatch(tenant) and SLUG.fullmatch(source)):
-        return _refused(None, intake.Refusal(404, "not_found", "No such tenant or source."))
+        return _refused(None, Refusal(404, "not_found", "No such tenant or source."))
     now = timezone.now()
     route = find_route(tenant, source, now)
     if route is None:
-        return _refused(None, intake.Refusal(404, "not_found", "No such tenant or source."))
+        return _refused(None, Refusal(404, "not_found", "No such tenant or source."))
     found = route.source
 
-    body = intake.read_body(request, max_body_bytes(found.tenant), endpoint="hooks")
-    if isinstance(body, intake.Refusal):
+    body = read_body(request, max_body_bytes(found.tenant), endpoint="hooks")
+    if isinstance(body, Refusal):
         return _refused(found, body)
     if route.verifier is None:
         # Checked when the source is saved; only a row written behind the admin's back gets here.
         detail = "The source's signature verifier is misconfigured; staff must fix it."
-        return _refused(found, intake.Refusal(503, "source_misconfigured", detail, {"Retry-After": "60"}))
+        return _refused(found, Refusal(503, "source_misconfigured", detail, {"Retry-After": "60"}))
     headers = Headers.from_environ(request.META)
     problem = route.verifier.verify(headers, body, now.timestamp())
     if problem:
-        return _refused(found, intake.Refusal(401, "bad_signature", f"Signature refused: {problem}."))
+        return _refused(found, Refusal(401, "bad_signature", f"Signature refused: {problem}."))
 
-    parsed = intake.parse_json(body)
-    if isinstance(parsed, intake.Refusal):
+    parsed = parse_json(body)
+    if isinstance(parsed, Refusal):
         return _refused(found, parsed)
     payload, text = parsed
     key = None
     if found.dedupe_key:
         key = event_keys.extract(found.dedupe_key, headers, body, parsed=payload)
         if key is None:
-            refusal = intake.Refusal(400, "missing_event_key", f"No event id at {found.dedupe_key}.")
-            return _refused(found, refusal)
+            refused = Refusal(400, "missing_event_key", f"No event id at {found.dedupe_key}.")
+            return _refused(found, refused)
 
-    arrival = intake.Arrival(
+    arrival = Arrival(
         tenant=found.tenant,
         connectors=route.connectors,
         payload=payload,
@@ -106,11 +108,11 @@ def receive(request, tenant: str, source: str):
         body=text,
         limits=route.limits,
     )
-    outcome = intake.submit(arrival, now=now)
-    refusal = intake.refusal(outcome)
-    if refusal is not None:
-        return _refused(found, refusal)
-    if isinstance(outcome, intake.Duplicated):
+    outcome = submit(arrival, now=now)
+    refused = refusal(outcome)
+    if refused is not None:
+        return _refused(found, refused)
+    if isinstance(outcome, Duplicated):
         _log("hook_duplicate", found, 200, delivery=outcome.id)
         return _json({"status": "duplicate", "id": outcome.id}, 200, outcome.headers)
     commands = [command.pk for command in outcome.commands]
@@ -228,7 +230,7 @@ def _json(data: dict, status: int, headers: dict[str, str]) -> HttpResponse:
     return response
 
 
-def _refused(source: Source | None, refusal: intake.Refusal) -> HttpResponse:
+def _refused(source: Source | None, refusal: Refusal) -> HttpResponse:
     _log("hook_refused", source, refusal.status, reason=refusal.code)
     return _json(refusal.data, refusal.status, refusal.headers)
 

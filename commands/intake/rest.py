@@ -1,5 +1,5 @@
 """``POST /api/v1/commands/``: a REST client submits one command, under the same quota and dedupe as
-a webhook (``commands.intake.submit``).
+a webhook (``commands.intake.submit.submit``).
 
 Body: ``{"connector": <id or name>, "payload": {...}}`` (JSON, ``Content-Type: application/json``),
 optional header ``Idempotency-Key``. Answers:
@@ -43,6 +43,8 @@ from ankusa_site.api import StrictSerializer, json_errors
 from ankusa_site.logs import log_event
 from commands.intake import event_keys
 from commands.intake import submit as intake
+from commands.intake.arrival import Accepted, Arrival, Stored
+from commands.intake.http import Refusal, measured, parse_json, read_body, refusal
 from commands.models import Command, Connector
 from limits.authentication import tenant_of
 from limits.models import Tenant
@@ -90,7 +92,7 @@ COMMAND_ANSWER = inline_serializer(
 )
 
 
-def summary(command: Command | intake.Stored, status: str) -> dict:
+def summary(command: Command | Stored, status: str) -> dict:
     return {
         "status": status,
         "id": command.pk,
@@ -100,7 +102,7 @@ def summary(command: Command | intake.Stored, status: str) -> dict:
     }
 
 
-def _answer(refusal: intake.Refusal, tenant: Tenant | None = None) -> Response:
+def _answer(refusal: Refusal, tenant: Tenant | None = None) -> Response:
     log_event(
         logger,
         "api_refused",
@@ -111,50 +113,50 @@ def _answer(refusal: intake.Refusal, tenant: Tenant | None = None) -> Response:
     return Response(refusal.data, status=refusal.status, headers=refusal.headers)
 
 
-def _submitting_tenant(request, named: str | None) -> Tenant | intake.Refusal:
+def _submitting_tenant(request, named: str | None) -> Tenant | Refusal:
     own = tenant_of(request.user)
     if own is not None:
         if named not in (None, own.slug):
-            return intake.Refusal(403, "permission_denied", "A tenant token submits only for its own tenant.")
+            return Refusal(403, "permission_denied", "A tenant token submits only for its own tenant.")
         return own
     if not (request.user.is_staff and request.user.has_perm(STAFF_PERMISSION)):
-        return intake.Refusal(
+        return Refusal(
             403, "permission_denied", f"Submitting needs a tenant token, or staff with {STAFF_PERMISSION}."
         )
     if named is None:
-        return intake.Refusal(400, "invalid", "tenant: Staff name the tenant they submit for.")
+        return Refusal(400, "invalid", "tenant: Staff name the tenant they submit for.")
     tenant = Tenant.objects.filter(slug=named, active=True).first()
     if tenant is None:
-        return intake.Refusal(400, "invalid", "tenant: No such active tenant.")
+        return Refusal(400, "invalid", "tenant: No such active tenant.")
     return tenant
 
 
-@intake.measured("api")
+@measured("api")
 @answer_unreachable(wrote=False)  # the tenant's and connector's reads: 503, and counted
 def submit(request) -> Response:
     """Admit, store and queue one command from a REST request (DRF ``Request``, authenticated)."""
     content_type = request.content_type.split(";")[0].strip().lower()
     if content_type != "application/json":
-        return _answer(intake.Refusal(415, "unsupported_media_type", "Send Content-Type: application/json."))
+        return _answer(Refusal(415, "unsupported_media_type", "Send Content-Type: application/json."))
     own = tenant_of(request.user)
     # Staff name their tenant inside the body: until it is read, the site's request cap applies.
     limit = max_body_bytes(own) if own else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    body = intake.read_body(request._request, limit, endpoint="api")
-    if isinstance(body, intake.Refusal):
+    body = read_body(request._request, limit, endpoint="api")
+    if isinstance(body, Refusal):
         return _answer(body, own)
-    parsed = intake.parse_json(body)
-    if isinstance(parsed, intake.Refusal):
+    parsed = parse_json(body)
+    if isinstance(parsed, Refusal):
         return _answer(parsed, own)
     data = CommandInput(data=parsed[0])
     if not data.is_valid():
         # The site's shape for validation errors (with "fields"), answered here so it is counted.
         return json_errors(exceptions.ValidationError(data.errors), {})
     tenant = _submitting_tenant(request, data.validated_data.get("tenant"))
-    if isinstance(tenant, intake.Refusal):
+    if isinstance(tenant, Refusal):
         return _answer(tenant, own)
     if len(body) > max_body_bytes(tenant):
         return _answer(
-            intake.Refusal(413, "too_large", f"The body is larger than {max_body_bytes(tenant)} bytes."),
+            Refusal(413, "too_large", f"The body is larger than {max_body_bytes(tenant)} bytes."),
             tenant,
         )
 
@@ -164,13 +166,11 @@ def submit(request) -> Response:
     )
     connector = connector.values_list("id", "idempotent").first()
     if connector is None:
-        return _answer(
-            intake.Refusal(400, "invalid", f"connector: No connector {ref!r} for this tenant."), tenant
-        )
+        return _answer(Refusal(400, "invalid", f"connector: No connector {ref!r} for this tenant."), tenant)
     key = request.headers.get("Idempotency-Key", "").strip()
     payload = data.validated_data["payload"]
     outcome = intake.submit(
-        intake.Arrival(
+        Arrival(
             tenant=tenant,
             connectors=[connector],
             payload=payload,
@@ -178,21 +178,19 @@ def submit(request) -> Response:
             dedupe_key=event_keys.normalise(key) if key else None,
         )
     )
-    refusal = intake.refusal(outcome)
-    if refusal is not None:
-        return _answer(refusal, tenant)
-    if isinstance(outcome, intake.Accepted):
+    refused = refusal(outcome)
+    if refused is not None:
+        return _answer(refused, tenant)
+    if isinstance(outcome, Accepted):
         command = outcome.commands[0]
         log_event(logger, "api_accepted", tenant=tenant.slug, command=command.pk, size=len(body))
         return Response(summary(command, "accepted"), status=202, headers=outcome.headers)
     original = Command.objects.filter(tenant=tenant, pk=outcome.id).first()
     if original is None:
-        return _answer(
-            intake.Refusal(410, "gone", "The command first stored with this key was deleted."), tenant
-        )
+        return _answer(Refusal(410, "gone", "The command first stored with this key was deleted."), tenant)
     if original.connector_id != connector[0] or not same_document(original.payload, payload):
         return _answer(
-            intake.Refusal(
+            Refusal(
                 422,
                 "idempotency_key_reused",
                 "This Idempotency-Key was used for another request (another connector or payload).",

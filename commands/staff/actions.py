@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from ankusa_site.logs import log_event
 from commands import retry
-from commands.dispatch import loop as dispatch
+from commands.dispatch.sweep import sweep
 from commands.models import AuditEntry, Command
 from commands.retry import Outlook
 from commands.states import Event, State
@@ -515,7 +515,7 @@ def reconsider(connector, *, now: datetime | None = None) -> Reconsidered:
             )
         result.parked[reason] = len(ids)
     if released:
-        result.going = dispatch.sweep(now, connector=connector.pk).taken
+        result.going = sweep(now, connector=connector.pk).taken
     if released or parked:
         log_event(
             logger, "reconsidered", connector=connector.pk, going=result.going, parked=dict(result.parked)

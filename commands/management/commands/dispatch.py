@@ -13,7 +13,7 @@ exits 0. A second identical signal kills it at once. A round or drain that fails
 down) is logged and tried again after a poll period, doubling up to 2 s; with ``--once`` it exits
 non-zero.
 
-Any number of these may run at once (see ``commands.dispatch.loop`` for why nothing is sent twice).
+Any number of these may run at once (see ``commands.dispatch`` for why nothing is sent twice).
 """
 
 from __future__ import annotations
@@ -28,15 +28,10 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from ankusa_site.management.arguments import seconds
-from commands.dispatch.loop import (
-    Dispatcher,
-    RecoverSummary,
-    drain_waiting,
-    keep_recovering,
-    recovery_line,
-    retry_delay,
-    run_round,
-)
+from commands.dispatch.dispatcher import Dispatcher, drain_waiting
+from commands.dispatch.recovery import RecoverSummary, recovery_line
+from commands.dispatch.rounds import keep_recovering, run_round
+from commands.dispatch.timing import retry_delay
 
 logger = logging.getLogger("ankusa.commands.dispatch")
 
