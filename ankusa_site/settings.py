@@ -223,7 +223,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "OutlookEnum": "commands.retry.Outlook",
         "SkipReasonEnum": "commands.retry.SkipReason",
-        "WaitsForEnum": "commands.staff.api.WAIT_CHOICES",
+        "WaitsForEnum": "commands.staff.api_command_io.WAIT_CHOICES",
     },
     # Every operation also declares the JSON errors any of them may answer (400/401/403/404/415).
     "POSTPROCESSING_HOOKS": [

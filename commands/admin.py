@@ -1,3 +1,3 @@
-"""Django admin autodiscovery imports ``commands.admin``: the registrations live in ``commands.staff``."""
+"""Django's admin autodiscovery imports ``commands.admin``: this registers the admin pages of ``commands.staff``."""
 
-from commands.staff import admin  # noqa: F401
+from commands.staff import admin_commands, admin_connectors, admin_history  # noqa: F401

@@ -21,7 +21,7 @@ Who may submit for which tenant:
   tenant it names in ``"tenant"`` (required), charged to that tenant's quota;
 * anyone else is 403.
 
-``submit(request)`` is self-contained: ``commands.staff.api.CommandViewSet.create`` (the POST of
+``submit(request)`` is self-contained: ``commands.staff.api_commands.CommandViewSet.create`` (the POST of
 ``/api/v1/commands/``) calls it and declares its schema. The body is read and parsed here, not by DRF's parsers, so
 the size limit applies before reading and hostile JSON is a 400, never a 500.
 """
