@@ -1,4 +1,4 @@
-"""Sends in flight are tasks on one event loop per process (``commands.event_loop``): many at once
+"""Sends in flight are tasks on one event loop per process (``commands.dispatch.event_loop``): many at once
 on a few database connections and threads, in ``manage.py dispatch`` and in a Celery worker alike;
 a dispatch process killed with 1,000 in flight loses nothing and sends nothing twice."""
 
@@ -17,7 +17,12 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections
 
-from commands import dispatch, event_loop, tasks
+from commands import tasks
+from commands.dispatch import event_loop
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.sends import WORKER_LOST
+from commands.dispatch.sweep import sweep
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Connector
 from commands.states import State
 from queues.fifo import get_queue
@@ -29,7 +34,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def queue(transactional_db):
-    q = get_queue(dispatch.QUEUE_NAME)
+    q = get_queue(QUEUE_NAME)
     q.flush()
     return q
 
@@ -58,9 +63,9 @@ def test_hundreds_of_sends_in_flight_on_one_loop_hold_three_database_connections
         connectors = [make_connector(f"c{n}", url=receiver.url, max_in_flight=100) for n in range(3)]
         for n in range(600):
             make_command(connectors[n % 3], {"order": n})
-        dispatch.sweep()
+        sweep()
         summaries = []
-        with dispatch.Dispatcher(concurrency=300, per_connector=100, batch=300, queue=queue) as dispatcher:
+        with Dispatcher(concurrency=300, per_connector=100, batch=300, queue=queue) as dispatcher:
 
             def run() -> None:
                 try:
@@ -97,7 +102,7 @@ def test_a_celery_drain_sends_on_the_processs_loop_not_a_thread_per_send(
     connector = make_connector(kind="log")
     for n in range(20):
         make_command(connector, {"order": n})
-    dispatch.sweep()
+    sweep()
     with caplog.at_level(logging.INFO, logger="ankusa.connector"):
         result = tasks.consume()
     assert result["results"] == {"succeeded": 20}
@@ -199,7 +204,7 @@ def test_kill_9_with_1000_sends_in_flight_loses_nothing_and_sends_nothing_twice(
     lost = Command.objects.filter(state=State.FAILED)
     # The sends in flight at the kill: unknown whether they went out, so never sent again.
     reasons = Counter(lost.values_list("skip_reason", "last_error_class"))
-    assert reasons[("outlook-unknown", dispatch.WORKER_LOST)] == in_flight_at_kill, reasons
+    assert reasons[("outlook-unknown", WORKER_LOST)] == in_flight_at_kill, reasons
     # Any other failure is a send that failed after the restart (a timeout on this loaded machine),
     # recorded with its reason and, the connector not being idempotent, never sent again.
     assert "" not in {reason for reason, _ in reasons}, reasons
