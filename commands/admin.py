@@ -49,6 +49,7 @@ from commands.admin_lists import (
     reason_badge,
     short_error,
 )
+from commands.connector_tools_admin import ConnectorTools
 from commands.explain import SKIP_REASONS, URGENCY, explain, urgency, waiting_for
 from commands.models import (
     OWN_CONNECTORS_ONLY,
@@ -190,7 +191,7 @@ class ConnectorForm(forms.ModelForm):
 
 
 @admin.register(Connector)
-class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
+class ConnectorAdmin(ConnectorTools, DeletableWhileUnused, ConnectorGlance, ModelAdmin):
     """Connectors, each with how it has been doing (``connector_glance``): a few annotations and one
     query per page, whatever the number of commands."""
 

@@ -206,6 +206,13 @@ class Connector(FixedOnceCreated, models.Model):
         validators=[MinValueValidator(MIN_PER_S), MaxValueValidator(MAX_PER_S)],
         help_text="At most this many sends a second to this receiver, per dispatch process. Empty: no limit.",
     )
+    # Standard Webhooks signing (commands.signing): a list on the row rather than a table of its
+    # own, because the dispatcher loads connectors in bulk and a send must not cost a query more; a
+    # handful of entries, each {"id": n, "secret": "whsec_…", "added_at": iso}, all signing. Not
+    # editable: written only by commands.connector_tools (add, drop), never through a form.
+    signing_secrets = models.JSONField(default=list, blank=True, editable=False)
+    # The last console test send (commands.connector_tools): its compare-and-set paces them.
+    tested_at = models.DateTimeField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
