@@ -139,10 +139,9 @@ class ConnectorTools:
             "shown": shown,
             "count": len(connector.signing_secrets),
         }
-        # Rendered here, not redirected with a message: the secret exists in this response only.
-        response = TemplateResponse(request, "admin/commands/connector/signing_secret.html", context)
-        response["Cache-Control"] = "no-store"
-        return response
+        # Rendered here, not redirected with a message: the secret exists in this response only
+        # (which the admin's never_cache keeps out of caches).
+        return TemplateResponse(request, "admin/commands/connector/signing_secret.html", context)
 
     def drop_signing_secret_view(self, request, object_id, key_id):
         if request.method != "POST":

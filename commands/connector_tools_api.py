@@ -63,8 +63,16 @@ TEST_ANSWER = inline_serializer(
 )
 
 
-class TooSoon(exceptions.Throttled):
+class TooSoon(exceptions.APIException):
+    """429: DRF's own answer (``Throttled``) for a test asked for too soon; its ``wait`` is the
+    ``Retry-After``."""
+
+    status_code = 429
     default_code = "too_soon"
+
+    def __init__(self, detail: str, wait: int):
+        super().__init__(detail)
+        self.wait = wait
 
 
 class ConnectorToolsViewSet(Scoped, viewsets.GenericViewSet):
@@ -99,7 +107,7 @@ class ConnectorToolsViewSet(Scoped, viewsets.GenericViewSet):
         try:
             answer = connector_tools.send_test(connector, by=request.user, via="the API")
         except connector_tools.TooSoon as refused:
-            raise TooSoon(wait=math.ceil(refused.retry_after_s), detail=str(refused)) from None
+            raise TooSoon(str(refused), wait=math.ceil(refused.retry_after_s)) from None
         return Response(
             {
                 "test_id": answer.test_id,
