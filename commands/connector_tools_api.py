@@ -34,7 +34,7 @@ class NoInput(StrictSerializer):
     """An empty body or ``{}``: these endpoints take nothing (any field is a 400)."""
 
 
-KEY_FIELDS = {
+KEY_FIELDS: dict[str, serializers.Field] = {
     "id": serializers.CharField(),
     "hint": serializers.CharField(),
     "added_at": serializers.DateTimeField(),
