@@ -22,7 +22,7 @@ not that it was sent once (the id is for that).
 from __future__ import annotations
 
 import base64
-import hashlib
+import functools
 import hmac
 import secrets
 import time
@@ -48,6 +48,7 @@ def hint(secret: str) -> str:
     return f"{PREFIX}…{secret[-4:]}"
 
 
+@functools.lru_cache(maxsize=1024)  # decoded once per secret, not once per send
 def _key(secret: str) -> bytes:
     return base64.b64decode(secret.removeprefix(PREFIX))
 
@@ -56,7 +57,8 @@ def signature(secret_values: list[str], message_id: str, timestamp: int, body: b
     """The ``webhook-signature`` value: one ``v1,`` entry per secret, in the order given."""
     signed = f"{message_id}.{timestamp}.".encode() + body
     return " ".join(
-        "v1," + base64.b64encode(hmac.new(_key(value), signed, hashlib.sha256).digest()).decode()
+        # hmac.digest: OpenSSL's one-shot HMAC, several times faster than an hmac.new() object.
+        "v1," + base64.b64encode(hmac.digest(_key(value), signed, "sha256")).decode()
         for value in secret_values
     )
 
