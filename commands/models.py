@@ -4,6 +4,8 @@
   credential (``secret``) is kept apart from the rest of the configuration and is never shown
   back: admin forms treat it as write-only. ``idempotent`` is a declaration by staff that two
   sends are one instruction; only an explicit true counts, and only then are failures retried.
+  Its Standard Webhooks signing secrets (``signing_secrets``) are never edited through a form: only
+  ``commands.connector_tools`` adds and drops them, and only a hint of each is ever shown.
 * ``Source``: a named way commands arrive for a tenant (``POST /hooks/<tenant>/<source>/``),
   fanning out to one command per connector. Its signature verifier (``commands.signatures``) and
   dedupe key location (``commands.event_keys``) are checked when it is saved (:meth:`Source.clean`),
@@ -208,7 +210,7 @@ class Connector(FixedOnceCreated, models.Model):
     )
     # Standard Webhooks signing (commands.signing): a list on the row rather than a table of its
     # own, because the dispatcher loads connectors in bulk and a send must not cost a query more; a
-    # handful of entries, each {"id": n, "secret": "whsec_…", "added_at": iso}, all signing. Not
+    # handful of entries, each {"id": "<8 hex>", "secret": "whsec_…", "added_at": iso}, all signing. Not
     # editable: written only by commands.connector_tools (add, drop), never through a form.
     signing_secrets = models.JSONField(default=list, blank=True, editable=False)
     # The last console test send (commands.connector_tools): its compare-and-set paces them.
