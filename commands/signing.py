@@ -1,7 +1,7 @@
 """Signed sends: the Standard Webhooks headers an http connector adds to what it sends.
 
 A connector signs when it holds at least one signing secret (``Connector.signing_secrets``, written
-only by ``commands.connector_tools``). Every send then carries:
+only by ``commands.staff.connector_tools``). Every send then carries:
 
 * ``webhook-id``: ``cmd_<command id>`` — the same on every attempt and resend of one command, so a
   receiver dedupes on it (a "make a new command" copy is a new command, with a new id); a test send
@@ -70,7 +70,7 @@ def message_id(command: Any) -> str:
 
 def send_headers(command: Any, body: bytes, now: float | None = None) -> dict[str, str]:
     """The headers a send of ``command`` adds beyond the connector's own: the signature when its
-    connector signs, and the test marker on a console test send (``commands.connector_tools``).
+    connector signs, and the test marker on a console test send (``commands.staff.connector_tools``).
     ``now``: the send's Unix time (read here when not given)."""
     headers = {TEST_HEADER: "true"} if getattr(command, "is_test", False) else {}
     active = [entry["secret"] for entry in command.connector.signing_secrets or ()]

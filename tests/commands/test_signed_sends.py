@@ -13,8 +13,12 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from commands import connector_tools, dispatch, signing
+from commands import signing
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.rounds import run_round
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Connector
+from commands.staff import connector_tools
 from queues.fifo import get_queue
 from tests.commands.sink import script
 from tests.staff import staff_user
@@ -38,16 +42,16 @@ def operator(db):
 
 @pytest.fixture
 def dispatcher(db):
-    queue = get_queue(dispatch.QUEUE_NAME)
+    queue = get_queue(QUEUE_NAME)
     queue.flush()
-    with dispatch.Dispatcher(concurrency=2, per_connector=2, queue=queue) as running:
+    with Dispatcher(concurrency=2, per_connector=2, queue=queue) as running:
         yield running
 
 
 def deliver(dispatcher, make_command, connector, payload=None):
     """One command sent by a dispatch round; the receiver's request."""
     command = make_command(connector, payload or {"order": "A-1", "note": "naïve ✓"})
-    dispatch.run_round(dispatcher)
+    run_round(dispatcher)
     command.refresh_from_db()
     assert command.state == "succeeded"
     return command
@@ -122,9 +126,9 @@ def test_the_webhook_id_is_the_same_on_every_attempt_of_a_command(
     connector = make_connector(url=sink.url, idempotent=True)
     secret, _ = connector_tools.add_signing_secret(connector, by=operator)
     command = make_command(connector)
-    dispatch.run_round(dispatcher)
+    run_round(dispatcher)
     clock.move_to(T0 + timedelta(seconds=30))  # the seed's first backoff
-    dispatch.run_round(dispatcher)
+    run_round(dispatcher)
     command.refresh_from_db()
     assert (command.state, command.attempts) == ("succeeded", 2)
     first, second = sink.received
@@ -206,7 +210,7 @@ def test_two_rotations_at_once_keep_both_secrets(make_connector):
     from django.db import connection
 
     if connection.vendor != "postgresql":
-        pytest.skip("SQLite has no row lock: said in commands.connector_tools")
+        pytest.skip("SQLite has no row lock: said in commands.staff.connector_tools")
     connector = make_connector(url="http://127.0.0.1:9/")
     people = [staff_user("operator", f"op{n}") for n in range(2)]
     start = threading.Barrier(2)

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 import pytest
 from django.db import connection
 
-from commands import connector_tools
 from commands.models import Connector
+from commands.staff import connector_tools
 from tests.staff import staff_user, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
