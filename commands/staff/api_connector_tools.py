@@ -134,7 +134,13 @@ class ConnectorToolsViewSet(Scoped, viewsets.GenericViewSet):
         description="Make a new signing secret (Standard Webhooks, whsec_…). This answer is the only "
         "one that holds it. Every kept secret signs: drop the old one once the receiver has the new.",
     )
-    @action(detail=True, methods=["get", "post"], url_path="signing-secrets", filter_backends=[])
+    @action(
+        detail=True,
+        methods=["get", "post"],
+        url_path="signing-secrets",
+        filter_backends=[],
+        pagination_class=None,
+    )
     def signing_secrets(self, request, pk=None):
         connector = self.get_object()
         if request.method == "GET":

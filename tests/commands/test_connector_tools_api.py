@@ -238,3 +238,15 @@ def test_refused_rotations_are_400s_that_say_why(world, call):
     status, data = call("operator", "POST", keys_path(world))
     assert status == 400 and "at most 5 signing secrets" in data["detail"]
     assert call("operator", "DELETE", f"{keys_path(world)}NOT-AN-ID/")[0] == 404
+
+
+def test_a_test_refused_by_a_claim_made_after_its_clock_waits_one_second_at_most(world, clock):
+    """Two requests at once: the one that read its clock first may find the other's later claim."""
+    from commands.staff import connector_tools
+    from tests.staff import staff_user
+
+    connector = Connector.objects.get(pk=world.a.connector.pk)
+    Connector.objects.filter(pk=connector.pk).update(tested_at=T0 + timedelta(milliseconds=300))
+    with pytest.raises(connector_tools.TooSoon) as refused:
+        connector_tools.send_test(connector, by=staff_user("operator", "op2"))
+    assert refused.value.retry_after_s == 1.0
