@@ -49,6 +49,7 @@ from commands.admin_lists import (
     reason_badge,
     short_error,
 )
+from commands.admin_pause import PauseActions
 from commands.explain import SKIP_REASONS, URGENCY, explain, urgency, waiting_for
 from commands.models import (
     OWN_CONNECTORS_ONLY,
@@ -190,7 +191,7 @@ class ConnectorForm(forms.ModelForm):
 
 
 @admin.register(Connector)
-class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
+class ConnectorAdmin(PauseActions, DeletableWhileUnused, ConnectorGlance, ModelAdmin):
     """Connectors, each with how it has been doing (``connector_glance``): a few annotations and one
     query per page, whatever the number of commands."""
 
@@ -202,6 +203,7 @@ class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
         "short_url",
         "enabled",
         "idempotent",
+        "sending",
         "secret_set",
         "success_rate",
         "failing_link",
@@ -209,18 +211,21 @@ class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
         "last_error_link",
     ]
     list_filter = ["kind", "enabled", "idempotent"]
-    list_select_related = ["tenant"]
+    list_select_related = ["tenant", "paused_by"]
     search_fields = ["name", "url", "tenant__slug"]
     autocomplete_fields = ["tenant"]
-    readonly_fields = ["secret_set", "problems", "glance", "updated_at"]
+    readonly_fields = ["secret_set", "problems", "glance", "sending", "updated_at"]
     fieldsets = [
-        (None, {"fields": ["tenant", "name", "kind", "enabled", "idempotent", "problems", "glance"]}),
+        (
+            None,
+            {"fields": ["tenant", "name", "kind", "enabled", "idempotent", "sending", "problems", "glance"]},
+        ),
         (
             "HTTP",
             {"fields": ["url", "method", "headers", "connect_timeout_s", "read_timeout_s", "status_map"]},
         ),
         ("Credential", {"fields": ["secret_header", "secret_set", "secret", "clear_secret"]}),
-        ("Pacing, per dispatch process", {"fields": ["max_in_flight", "max_per_s"]}),
+        ("Pacing, per dispatch process", {"fields": ["max_in_flight", "max_per_s", "hold_after_failures"]}),
         (None, {"fields": ["updated_at"]}),
     ]
 

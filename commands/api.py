@@ -50,7 +50,7 @@ from ankusa_site.api import (
     paging_params,
     refuse_unknown_query_params,
 )
-from commands import actions, intake_api
+from commands import actions, intake_api, pause_api
 from commands.explain import (
     AFTER_FIX,
     MACHINE,
@@ -185,13 +185,14 @@ class ConnectorSerializer(Owned):
     secret_set = serializers.SerializerMethodField()
     headers = serializers.JSONField(required=False)
     status_map = serializers.JSONField(required=False)
+    sending = serializers.SerializerMethodField()  # paused or held: commands.pause_api
 
     class Meta:
         model = Connector
         fields = [
             "id", "tenant", "name", "kind", "enabled", "idempotent", "url", "method", "headers",
             "connect_timeout_s", "read_timeout_s", "status_map", "secret_header", "secret", "secret_set",
-            "max_in_flight", "max_per_s", "updated_at",
+            "max_in_flight", "max_per_s", "hold_after_failures", "sending", "updated_at",
         ]  # fmt: skip
         extra_kwargs = {
             "connect_timeout_s": {"max_value": 3600},
@@ -200,6 +201,10 @@ class ConnectorSerializer(Owned):
 
     def get_secret_set(self, connector: Connector) -> bool:
         return bool(connector.secret)
+
+    @extend_schema_field(pause_api.SENDING)
+    def get_sending(self, connector: Connector) -> dict:
+        return pause_api.sending(connector)
 
     def validate(self, attrs: dict) -> dict:
         clean_model(self.instance or Connector(), attrs)
@@ -230,9 +235,10 @@ def editable_schema(serializer):
 
 
 @editable_schema(ConnectorSerializer)
-class ConnectorViewSet(Editable):
+class ConnectorViewSet(pause_api.PauseActions, Editable):
     serializer_class = ConnectorSerializer
     permission_model = "commands.connector"
+    action_permissions = pause_api.PERMISSIONS
     filterset_class = ConnectorFilter
 
     def get_queryset(self):

@@ -36,14 +36,14 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, connections, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
 from ankusa_site.stock import stock
-from commands import adapters, heartbeat, retry, spool
+from commands import adapters, heartbeat, hold, retry, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -81,9 +81,10 @@ def commands_queue() -> ReliableFIFO:
     return get_queue(QUEUE_NAME)
 
 
-def item_payload(command_id: int, attempt: int) -> dict:
-    """What a queue item carries: the command and the attempt number the sweep decided on."""
-    return {"command": command_id, "attempt": attempt}
+def item_payload(command_id: int, attempt: int, *, probe: bool = False) -> dict:
+    """What a queue item carries: the command and the attempt number the sweep decided on (and
+    whether it probes a held connector, ``commands.hold``)."""
+    return {"command": command_id, "attempt": attempt, **({"probe": True} if probe else {})}
 
 
 def with_commit(queue: ReliableFIFO, write: Callable[[], object]) -> None:
@@ -162,12 +163,17 @@ def sweep(
     batch = batch or settings.ANKUSA_DISPATCH_BATCH
     queue = queue or commands_queue()
     summary = SweepSummary()
+    # Paused and held connectors: none of their commands is taken, bar a held one's probe.
+    probes = hold.probes_due(now) if connector is None else set()
+    stopped = hold.stopped_ids()
     after = 0
     while True:
         with transaction.atomic():
             due = Command.objects.due(now).filter(id__gt=after).order_by("id")
             if connector is not None:  # a saved connector's commands (commands.actions.reconsider)
                 due = due.filter(connector_id=connector)
+            if stopped:
+                due = due.filter(~Q(connector_id__in=stopped) | Q(pk__in=probes))
             rows = list(
                 due.select_for_update(skip_locked=True, of=("self",)).values(*DECISION_FIELDS)[:batch]
             )
@@ -195,7 +201,7 @@ def sweep(
                 )
                 if moved != len(ids):  # the rows are locked: anything else is a bug, so undo the batch
                     raise RuntimeError(f"sweep moved {moved} of {len(ids)} locked commands")
-                payloads.extend(item_payload(pk, attempt) for pk, attempt in group)
+                payloads.extend(item_payload(pk, attempt, probe=pk in probes) for pk, attempt in group)
             for reason, ids in skipped.items():
                 Command.objects.filter(pk__in=ids).update(skip_reason=reason, skip_decided_at=now)
                 summary.skipped[reason] += len(ids)
@@ -440,6 +446,7 @@ def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) ->
                     )
                     results["stale"] += 1
         insert_attempts(recorded)
+        hold.observe(recorded, now)  # outage holds: counted with the outcomes they count
         results.update(State.SUCCEEDED.value if one.outcome.ok else State.FAILED.value for one in recorded)
         if items:
             with_commit(queue, lambda: queue.done(*items))
@@ -1139,7 +1146,7 @@ class Dispatcher:
                 entries.append(_Entry(item, command, item.payload["attempt"]))
         if gone:
             self.queue.done(*gone)
-        return entries
+        return hold.set_aside(entries, self.queue)  # a paused or held connector's: not sent
 
     def drain(
         self,

@@ -154,6 +154,12 @@ def validate_status_map(value) -> None:
 MAX_IN_FLIGHT = 1000
 MIN_PER_S = 1 / 60
 MAX_PER_S = 10_000
+MAX_HOLD_AFTER = 1_000_000
+# What the pause actions and the dispatch loop write on a connector, never a form's save.
+RUNTIME_FIELDS = frozenset(
+    {"paused_at", "paused_by", "pause_reason", "held_since", "probe_at", "probes", "outage_failures",
+     "outage_since"}
+)  # fmt: skip
 
 
 class Connector(FixedOnceCreated, models.Model):
@@ -206,10 +212,35 @@ class Connector(FixedOnceCreated, models.Model):
         validators=[MinValueValidator(MIN_PER_S), MaxValueValidator(MAX_PER_S)],
         help_text="At most this many sends a second to this receiver, per dispatch process. Empty: no limit.",
     )
+    # Pause and outage hold (commands.hold, commands.pausing): while either is set, none of its
+    # commands is sent and none spends an attempt.
+    hold_after_failures = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(MAX_HOLD_AFTER)],
+        help_text="Hold the connector after this many `again` failures in a row (0: never hold). "
+        "Empty: the site default (ANKUSA_HOLD_AFTER_FAILURES).",
+    )
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    paused_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        editable=False,
+    )
+    pause_reason = models.TextField(blank=True, editable=False)
+    held_since = models.DateTimeField(null=True, blank=True, editable=False)
+    probe_at = models.DateTimeField(null=True, blank=True, editable=False)
+    probes = models.PositiveIntegerField(default=0, editable=False)
+    outage_failures = models.PositiveIntegerField(default=0, editable=False)
+    outage_since = models.DateTimeField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["tenant", "name"]
+        permissions = [("pause_connector", "Can pause and resume a connector")]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="commands_connector_unique_name"),
         ]
@@ -253,7 +284,20 @@ class Connector(FixedOnceCreated, models.Model):
         if errors:
             raise ValidationError(errors)
 
+    @property
+    def stopped_since(self) -> datetime | None:
+        """Since when none of its commands is sent (paused or held); None while it sends."""
+        return self.paused_at or self.held_since
+
     def save(self, *args, **kwargs) -> None:
+        if self.pk is not None and not self._state.adding and kwargs.get("update_fields") is None:
+            # A person's edit never writes the pause and hold fields: the dispatch loop and the pause
+            # actions change them meanwhile, by conditional updates a stale form must not undo.
+            kwargs["update_fields"] = [
+                f.name
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name not in RUNTIME_FIELDS
+            ]
         with transaction.atomic():
             super().save(*args, **kwargs)
             from commands.actions import reconsider  # above this module: it queues, through dispatch
@@ -652,6 +696,8 @@ class AuditEntry(models.Model):
         RESEND_OVERRIDE = "resend-override", "resend with override"
         CANCEL = "cancel", "cancel"
         NEW_COMMAND = "new-command", "make a new command"
+        PAUSE = "pause", "pause a connector"
+        RESUME = "resume", "resume a connector"
 
     at = models.DateTimeField(default=timezone.now, db_index=True)
     user = models.ForeignKey(
@@ -665,6 +711,14 @@ class AuditEntry(models.Model):
     done = models.PositiveIntegerField(help_text="Commands it changed.")
     result = models.JSONField(default=dict, blank=True, help_text="What happened to the others, by reason.")
     commands = models.ManyToManyField(Command, related_name="audit_entries", blank=True)
+    connector = models.ForeignKey(
+        Connector,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="audit_entries",
+        help_text="The connector a pause or resume was about.",
+    )
 
     class Meta:
         ordering = ["-at", "-id"]
