@@ -11,7 +11,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from ankusa_site.api import Conflict, errors
+from ankusa_site.api import Conflict, StrictSerializer, errors
 from commands import pausing
 from commands.actions import MAX_REASON, Refused
 from commands.models import Connector
@@ -43,12 +43,21 @@ SENDING = inline_serializer(
 )
 
 
-class PauseInput(serializers.Serializer):
-    reason = serializers.CharField(max_length=MAX_REASON, help_text="Why nothing should be sent to it.")
+class Text(serializers.CharField):
+    """A JSON string: a number or a list is no reason (DRF's ``CharField`` would take ``5`` as "5")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
-class ResumeInput(serializers.Serializer):
-    reason = serializers.CharField(max_length=MAX_REASON, required=False, allow_blank=True)
+class PauseInput(StrictSerializer):
+    reason = Text(max_length=MAX_REASON, help_text="Why nothing should be sent to it.")
+
+
+class ResumeInput(StrictSerializer):
+    reason = Text(max_length=MAX_REASON, required=False, allow_blank=True)
 
 
 ANSWER = inline_serializer("ConnectorPaused", {"connector": serializers.IntegerField(),

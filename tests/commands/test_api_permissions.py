@@ -40,6 +40,8 @@ MATRIX = [
     ("POST", "/api/v1/connectors/", {"tenant": "acme", "name": "new", "kind": "log"}, (*ADMIN_ONLY, 201)),
     ("PATCH", "/api/v1/connectors/{a_connector}/", {"enabled": False}, (*OPERATOR_UP, 200, 200)),
     ("DELETE", "/api/v1/connectors/{a_spare_connector}/", None, (*ADMIN_ONLY, 204)),
+    ("POST", "/api/v1/connectors/{a_connector}/pause/", {"reason": "migrating"}, (*OPERATOR_UP, 200, 200)),
+    ("POST", "/api/v1/connectors/{a_connector}/resume/", {}, (*OPERATOR_UP, 409, 409)),  # not paused
     ("POST", "/api/v1/sources/", {"tenant": "acme", "slug": "new"}, (*ADMIN_ONLY, 201)),
     ("PATCH", "/api/v1/sources/{a_source}/", {"needs_approval": True}, (*OPERATOR_UP, 200, 200)),
     ("DELETE", "/api/v1/sources/{a_spare_source}/", None, (*ADMIN_ONLY, 204)),
