@@ -115,12 +115,15 @@ def _tail(group: list) -> tuple[int, bool, bool]:
 def _count(connector: Connector, failures: int, *, restart: bool, first: datetime, now: datetime) -> None:
     """Add ``failures`` to the connector's run (or start a new one) and hold it at its threshold:
     conditional updates of its row, which stays locked until the outcomes commit."""
-    cutoff = now - timedelta(seconds=settings.ANKUSA_HOLD_WINDOW_S)
-    going = Q(outage_since__gte=cutoff) if not restart else Q(pk__in=[])
-    Connector.objects.filter(pk=connector.pk).update(
-        outage_failures=Case(When(going, then=F("outage_failures") + failures), default=Value(failures)),
-        outage_since=Case(When(going, then=F("outage_since")), default=Value(first)),
-    )
+    rows = Connector.objects.filter(pk=connector.pk)
+    if restart:  # another outcome came first in this batch: the run starts here
+        rows.update(outage_failures=failures, outage_since=first)
+    else:
+        going = Q(outage_since__gte=now - timedelta(seconds=settings.ANKUSA_HOLD_WINDOW_S))
+        rows.update(
+            outage_failures=Case(When(going, then=F("outage_failures") + failures), default=Value(failures)),
+            outage_since=Case(When(going, then=F("outage_since")), default=Value(first)),
+        )
     limit = threshold(connector)
     if not limit:
         return

@@ -108,7 +108,7 @@ def _audit(action: str, connector: Connector, *, user, via: str, reason: str, no
         via=via,
         reason=reason,
         connector=connector,
-        count=0,  # commands asked for: none, the act is on the connector
-        done=done,
+        count=0,  # commands asked for and changed: none, the act is on the connector
+        done=0,
         result={"connector": connector.pk, "name": str(connector), "waiting": done},
     )

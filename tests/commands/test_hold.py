@@ -272,3 +272,43 @@ def test_a_held_non_idempotent_connector_is_probed_by_a_head_and_released_withou
     command.refresh_from_db()
     assert (command.state, command.attempts) == (State.SUCCEEDED, 1)
     assert receiver.taken == {str(command.pk): 1}
+
+
+def sent(command, ok: bool, at: datetime, outlook=Outlook.AGAIN):
+    from commands.adapters import Outcome
+
+    return dispatch.Sent(command, 1, at, at, Outcome(ok=ok, outlook=None if ok else outlook))
+
+
+def test_a_batch_counts_only_the_failures_after_its_last_other_outcome(make_connector, make_command, clock):
+    connector = make_connector(idempotent=True)
+    Connector.objects.filter(pk=connector.pk).update(outage_failures=7, outage_since=T0)
+    command = make_command(connector)
+    command.connector = connector
+    later = [T0 + timedelta(seconds=s) for s in range(5)]
+    # Unordered as recorders get them: a failure, a 'never' (the receiver answered), two failures.
+    hold.observe([sent(command, False, later[3]), sent(command, False, later[1], Outlook.NEVER),
+                  sent(command, False, later[0]), sent(command, False, later[2])], T0 + timedelta(seconds=5))  # fmt: skip
+    connector.refresh_from_db()
+    assert (connector.outage_failures, connector.outage_since, connector.held_since) == (2, later[2], None)
+    hold.observe([sent(command, True, later[4])], later[4])
+    connector.refresh_from_db()
+    assert (connector.outage_failures, connector.outage_since) == (0, None)
+
+
+def test_a_success_releases_a_held_connector_and_paces_its_waiting_commands(
+    make_connector, make_command, clock, settings
+):
+    settings.ANKUSA_RESEND_PER_S = 2.0
+    connector = make_connector(idempotent=True)
+    waiting = [make_command(connector) for _ in range(6)]
+    Connector.objects.filter(pk=connector.pk).update(held_since=T0, probe_at=T0, outage_failures=10)
+    waiting[0].connector = connector
+    hold.observe([sent(waiting[0], True, T0)], T0)
+    connector.refresh_from_db()
+    assert (connector.held_since, connector.probe_at, connector.outage_failures) == (None, None, 0)
+    due = list(Command.objects.order_by("pk").values_list("next_attempt_at", flat=True))
+    assert all(
+        T0 + timedelta(seconds=i / 2) <= at <= T0 + timedelta(seconds=i / 2 + 0.25)
+        for i, at in enumerate(due)
+    )
