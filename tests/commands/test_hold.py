@@ -11,6 +11,7 @@ import pytest
 import time_machine
 from django.db import connections
 from django.db.models import Count
+from django.utils import timezone
 
 from commands import dispatch, hold
 from commands.explain import explain
@@ -73,7 +74,7 @@ def arrive(connector: Connector, count: int, queue) -> None:
             Command.objects.create(tenant=connector.tenant, connector=connector, payload={"n": n})
         else:
             command = Command.objects.create(tenant=connector.tenant, connector=connector, payload={"n": n},
-                                             state=State.QUEUED, next_attempt_at=dispatch.timezone.now() + STEP)  # fmt: skip
+                                             state=State.QUEUED, next_attempt_at=timezone.now() + STEP)  # fmt: skip
             queue.enqueue(dispatch.item_payload(command.pk, 1))
 
 
