@@ -40,7 +40,7 @@ class Event(models.TextChoices):
     FAIL = "fail", "fail"
     CANCEL = "cancel", "cancel"
     # A queued command of a connector paused or held since its sweep, claimed but never started:
-    # back to where the sweep took it from (commands.hold.set_aside), no attempt spent.
+    # back to where the sweep took it from (commands.dispatch.hold.set_aside), no attempt spent.
     SET_ASIDE = "set-aside", "set aside"
     SET_ASIDE_RETRY = "set-aside-retry", "set aside (a retry)"
 

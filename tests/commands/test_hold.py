@@ -13,10 +13,15 @@ from django.db import connections
 from django.db.models import Count
 from django.utils import timezone
 
-from commands import dispatch, hold
-from commands.explain import explain
+from commands.dispatch import hold
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.rounds import run_round
+from commands.dispatch.sends import Sent
+from commands.dispatch.sweep import sweep
+from commands.lifecycle import QUEUE_NAME, item_payload
 from commands.models import Attempt, Command, Connector
 from commands.retry import Outlook, SkipReason
+from commands.staff.explain import explain
 from commands.states import State
 from queues.fifo import get_queue
 
@@ -49,7 +54,7 @@ class Receiver:
 
 @pytest.fixture
 def queue(db):
-    q = get_queue(dispatch.QUEUE_NAME)
+    q = get_queue(QUEUE_NAME)
     q.flush()
     return q
 
@@ -62,7 +67,7 @@ def clock():
 
 @pytest.fixture
 def dispatcher(queue):
-    with dispatch.Dispatcher(concurrency=8, per_connector=8, queue=queue) as running:
+    with Dispatcher(concurrency=8, per_connector=8, queue=queue) as running:
         yield running
 
 
@@ -75,7 +80,7 @@ def arrive(connector: Connector, count: int, queue) -> None:
         else:
             command = Command.objects.create(tenant=connector.tenant, connector=connector, payload={"n": n},
                                              state=State.QUEUED, next_attempt_at=timezone.now() + STEP)  # fmt: skip
-            queue.enqueue(dispatch.item_payload(command.pk, 1))
+            queue.enqueue(item_payload(command.pk, 1))
 
 
 def outage_hour(connector, dispatcher, clock, sink, receiver) -> None:
@@ -85,7 +90,7 @@ def outage_hour(connector, dispatcher, clock, sink, receiver) -> None:
     for step in range(steps):
         clock.move_to(T0 + step * STEP)
         arrive(connector, COMMANDS // steps + (1 if step < COMMANDS % steps else 0), dispatcher.queue)
-        dispatch.run_round(dispatcher)
+        run_round(dispatcher)
     receiver.up.set()
 
 
@@ -116,7 +121,7 @@ def test_an_hour_long_outage_spends_no_command_with_the_hold_and_most_without(
     released_at = None
     for second in range(int(timedelta(minutes=10).total_seconds())):
         clock.move_to(back + timedelta(seconds=second))
-        dispatch.run_round(dispatcher)
+        run_round(dispatcher)
         connector.refresh_from_db()
         if released_at is None and connector.held_since is None:
             released_at = back + timedelta(seconds=second)
@@ -150,7 +155,7 @@ def test_the_same_outage_without_the_hold_spends_the_tries_of_most_commands(
     # Back: a few rounds, then past the last try's 10-minute wait, when it becomes attempts-spent.
     for after in (0, 30, 60, 90, 11 * 60, 11 * 60 + 30):
         clock.move_to(T0 + OUTAGE + timedelta(seconds=after))
-        dispatch.run_round(dispatcher)
+        run_round(dispatcher)
     connector.refresh_from_db()
     assert connector.held_since is None
     # Three tries in 12.5 minutes: every command that arrived before the last 12.5 minutes spent them.
@@ -169,19 +174,19 @@ def test_ten_again_failures_in_a_row_across_commands_hold_and_a_success_in_betwe
     connector = make_connector(url=sink.url, idempotent=True)
     for _ in range(9):
         make_command(connector)
-    dispatch.run_round(dispatcher)
+    run_round(dispatcher)
     connector.refresh_from_db()
     assert (connector.outage_failures, connector.held_since) == (9, None)
     receiver.up.set()
     make_command(connector)
-    dispatch.run_round(dispatcher)  # one success ends the run
+    run_round(dispatcher)  # one success ends the run
     connector.refresh_from_db()
     assert (connector.outage_failures, connector.outage_since) == (0, None)
     receiver.up.clear()
     for _ in range(10):
         make_command(connector)
     clock.move_to(T0 + timedelta(seconds=1))
-    dispatch.run_round(dispatcher)
+    run_round(dispatcher)
     connector.refresh_from_db()
     assert (connector.outage_failures, connector.held_since) == (10, T0 + timedelta(seconds=1))
     assert connector.probe_at == T0 + timedelta(seconds=31)
@@ -197,7 +202,7 @@ def test_a_run_older_than_the_window_starts_again(
         clock.move_to(T0 + timedelta(minutes=2 * minute))
         for _ in range(5):
             make_command(connector)
-        dispatch.run_round(dispatcher)
+        run_round(dispatcher)
     connector.refresh_from_db()
     assert (connector.outage_failures, connector.held_since) == (5, None)
 
@@ -210,12 +215,12 @@ def test_counting_is_exact_with_dispatchers_in_threads(
     connector = make_connector(url=sink.url, idempotent=True)
     for _ in range(200):
         make_command(connector)
-    dispatch.sweep()
+    sweep()
     errors = []
 
     def drain():
         try:
-            with dispatch.Dispatcher(concurrency=4, per_connector=4, queue=queue, batch=10) as one:
+            with Dispatcher(concurrency=4, per_connector=4, queue=queue, batch=10) as one:
                 one.drain()
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -257,7 +262,7 @@ def test_a_held_non_idempotent_connector_is_probed_by_a_head_and_released_withou
     command = make_command(connector)
     Connector.objects.filter(pk=connector.pk).update(held_since=T0, probe_at=T0 + STEP, outage_failures=10)
     clock.move_to(T0 + STEP)
-    dispatch.run_round(dispatcher)
+    run_round(dispatcher)
     connector.refresh_from_db()
     assert connector.held_since is not None and connector.probes == 1
     assert connector.probe_at == T0 + STEP + hold.probe_interval(1)
@@ -265,20 +270,20 @@ def test_a_held_non_idempotent_connector_is_probed_by_a_head_and_released_withou
     receiver.up.set()
     released = connector.probe_at
     clock.move_to(released)
-    dispatch.run_round(dispatcher)  # the HEAD releases it, and the command goes at the resend rate
+    run_round(dispatcher)  # the HEAD releases it, and the command goes at the resend rate
     connector.refresh_from_db()
     assert connector.held_since is None
     clock.move_to(released + timedelta(seconds=1))
-    dispatch.run_round(dispatcher)
+    run_round(dispatcher)
     command.refresh_from_db()
     assert (command.state, command.attempts) == (State.SUCCEEDED, 1)
     assert receiver.taken == {str(command.pk): 1}
 
 
 def sent(command, ok: bool, at: datetime, outlook=Outlook.AGAIN):
-    from commands.adapters import Outcome
+    from commands.dispatch.adapters import Outcome
 
-    return dispatch.Sent(command, 1, at, at, Outcome(ok=ok, outlook=None if ok else outlook))
+    return Sent(command, 1, at, at, Outcome(ok=ok, outlook=None if ok else outlook))
 
 
 def test_a_batch_counts_only_the_failures_after_its_last_other_outcome(make_connector, make_command, clock):

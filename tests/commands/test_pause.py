@@ -10,10 +10,13 @@ import time_machine
 from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 
-from commands import dispatch, pausing
-from commands.actions import Refused
-from commands.explain import explain
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.rounds import run_round
+from commands.lifecycle import QUEUE_NAME, item_payload
 from commands.models import Attempt, AuditEntry, Command, Connector
+from commands.staff import pausing
+from commands.staff.actions import Refused
+from commands.staff.explain import explain
 from commands.states import State
 from queues.fifo import get_queue
 from tests.commands.staff import login_as
@@ -85,19 +88,19 @@ def test_a_staff_edit_of_a_paused_connector_keeps_its_pause(make_connector):
 def test_nothing_is_sent_and_no_attempt_spent_while_paused_and_resume_sends_once(
     make_connector, make_command, clock, sink
 ):
-    queue = get_queue(dispatch.QUEUE_NAME)
+    queue = get_queue(QUEUE_NAME)
     queue.flush()
     connector = make_connector(url=sink.url)
     user = staff_user("operator")
     approved = make_command(connector)
     # One queued with its item before the pause, as intake leaves it: claimed, then set aside.
     queued = make_command(connector, state=State.QUEUED)
-    queue.enqueue(dispatch.item_payload(queued.pk, 1))
+    queue.enqueue(item_payload(queued.pk, 1))
     pausing.pause(connector, user=user, via="admin", reason="receiver migrating")
-    with dispatch.Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
+    with Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
         for step in range(3):
             clock.move_to(T0 + timedelta(minutes=step))
-            summary = dispatch.run_round(dispatcher)
+            summary = run_round(dispatcher)
             assert summary.swept.taken == 0
         assert sink.received == [] and not Attempt.objects.exists()
         assert queue.length("main") == queue.length("busy") == 0  # no item left to churn
@@ -112,7 +115,7 @@ def test_nothing_is_sent_and_no_attempt_spent_while_paused_and_resume_sends_once
             )
         pausing.resume(connector, user=user, via="admin")
         clock.move_to(T0 + timedelta(minutes=3, seconds=1))
-        dispatch.run_round(dispatcher)
+        run_round(dispatcher)
     assert sorted(sink.counts.values()) == [1, 1]
     assert set(Command.objects.values_list("state", flat=True)) == {State.SUCCEEDED}
 
