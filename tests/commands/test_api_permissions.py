@@ -45,6 +45,8 @@ MATRIX = [
     ("POST", "/api/v1/connectors/{a_connector}/signing-secrets/", None, (*OPERATOR_UP, 201, 201)),
     # No such secret: past the permission check, a 404.
     ("DELETE", "/api/v1/connectors/{a_connector}/signing-secrets/0123abcd/", None, (*OPERATOR_UP, 404, 404)),
+    ("POST", "/api/v1/connectors/{a_connector}/pause/", {"reason": "migrating"}, (*OPERATOR_UP, 200, 200)),
+    ("POST", "/api/v1/connectors/{a_connector}/resume/", {}, (*OPERATOR_UP, 409, 409)),  # not paused
     ("POST", "/api/v1/sources/", {"tenant": "acme", "slug": "new"}, (*ADMIN_ONLY, 201)),
     ("PATCH", "/api/v1/sources/{a_source}/", {"needs_approval": True}, (*OPERATOR_UP, 200, 200)),
     ("DELETE", "/api/v1/sources/{a_spare_source}/", None, (*ADMIN_ONLY, 204)),
