@@ -61,6 +61,7 @@ from commands.explain import (
     explain,
     waiting_for,
 )
+from commands.health_api import HealthActions
 from commands.models import Attempt, AuditEntry, Command, Connector, Delivery, Source
 from commands.retry import Outlook, SkipReason
 from commands.states import State
@@ -230,7 +231,7 @@ def editable_schema(serializer):
 
 
 @editable_schema(ConnectorSerializer)
-class ConnectorViewSet(Editable):
+class ConnectorViewSet(HealthActions, Editable):  # + /health/ (commands.health_api)
     serializer_class = ConnectorSerializer
     permission_model = "commands.connector"
     filterset_class = ConnectorFilter

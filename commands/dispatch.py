@@ -43,7 +43,7 @@ from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
 from ankusa_site.stock import stock
-from commands import adapters, heartbeat, retry, spool
+from commands import adapters, health, heartbeat, retry, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -440,6 +440,7 @@ def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) ->
                     )
                     results["stale"] += 1
         insert_attempts(recorded)
+        health.record(recorded)  # the connector health summary, in the same transaction
         results.update(State.SUCCEEDED.value if one.outcome.ok else State.FAILED.value for one in recorded)
         if items:
             with_commit(queue, lambda: queue.done(*items))

@@ -593,6 +593,13 @@ class Command(models.Model):
                 name="commands_connector_waiting_idx",
                 condition=Q(state__in=[State.APPROVED, State.QUEUED]),
             ),
+            # Connector health: each connector's failed commands by why they wait (capped counts,
+            # commands.health.waiting_annotations), one index range per reason.
+            models.Index(
+                fields=["connector", "skip_reason", "last_outlook"],
+                name="commands_connector_reason_idx",
+                condition=Q(state=State.FAILED),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -693,3 +700,7 @@ class DispatcherHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.name}"
+
+
+# The connector health summary's tables (commands.health): their own module, registered here.
+from commands.health_models import ConnectorHealth, HealthBucket  # noqa: E402, F401

@@ -1,0 +1,445 @@
+"""Connector health: how each connector's sends have gone, kept as a summary written with them.
+
+Per connector: sends and success rate over the **last hour** (the current minute and the 59
+before it) and the **last day** (the current hour and the 23 before it, as the dashboard's
+chart), p50/p95 send time in each, the last error and when, consecutive failures, and its commands
+waiting by reason (``commands.explain``'s keys, each counted up to ``CAP``).
+
+**A summary table, not a GROUP BY over attempts, and not rolling counters.** Reading a day of
+attempts for a page of connectors costs what the attempts table holds (a million rows a day at
+1,000 connectors); rolling counters cannot forget the sends that leave a window. So
+:func:`record` — called by the dispatch recorder in the transaction that writes a batch's attempt
+rows — adds the batch to one bucket per connector and minute and one per connector and hour
+(``HealthBucket``: sends, successes, a fixed histogram of send times) and to the connector's
+``ConnectorHealth`` row (consecutive failures, last error), each as ONE multi-row upsert whose
+update adds (``INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n``: the same SQL on PostgreSQL
+and SQLite; ``bulk_create(update_conflicts=True)`` can only overwrite). Concurrent recorders
+therefore both count, and a rolled-back batch counts nothing. :func:`figures` reads at most
+60 + 24 buckets per connector, whatever the number of attempts: three queries for any page.
+
+Guaranteed: the figures are those of the sends the recorder wrote (``ok`` true or false). Not
+counted: a send whose worker died (``WorkerLost``, outcome unknown: it shows as a command waiting
+for ``outlook-unknown``). p50/p95 are the upper bound of the histogram bin holding them
+(``SEND_TIME_BOUNDS``), not exact times. Consecutive failures count in the order batches are
+recorded: two dispatch processes recording interleaved sends may count one failure across a
+success. An existing install (attempts but no summary) builds it with ``manage.py
+health_backfill`` (:func:`backfill`: the last day, through :func:`record_rows`, as the recorder
+does); old buckets go with ``manage.py prune`` (``commands.retention``).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q, Sum
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from ankusa_site.stock import stock
+from commands.explain import AFTER_FIX, AFTER_FIX_REASONS, NO_REASON, RESEND_PENDING, SKIP_REASONS
+from commands.health_models import (
+    BIN_FIELDS,
+    BINS,
+    HOUR,
+    MINUTE,
+    SEND_TIME_BOUNDS,
+    ConnectorHealth,
+    HealthBucket,
+)
+from commands.retry import SkipReason
+from commands.states import State
+
+CAP = 100  # as commands.connector_glance: "more than 100" says what 4,000 would
+HOUR_BUCKETS, DAY_BUCKETS = 60, 24
+ERROR_CHARS = 500  # the last error is a line to read, not the receiver's whole answer
+UPSERT_ROWS = 400  # rows per statement: 21 parameters each stays under SQLite's 32,766
+TO_GO = "to-go"  # approved or queued: not sent yet (connector_glance's "waiting to go")
+# The keys waiting commands are counted under, in the failed list's filter order.
+WAIT_KEYS = (
+    AFTER_FIX,
+    *(reason for reason in SkipReason.values if reason in SKIP_REASONS),
+    RESEND_PENDING,
+    NO_REASON,
+)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def record(sent: Iterable) -> None:
+    """Add the recorder's finished sends (``commands.dispatch.Sent``) to the summary: call inside
+    the transaction that writes their attempt rows."""
+    record_rows(
+        (
+            one.command.connector_id,
+            one.started,
+            one.finished,
+            one.outcome.ok,
+            one.outcome.error_class,
+            "" if one.outcome.ok else one.outcome.detail,
+        )
+        for one in sent
+    )
+
+
+def floor(moment: datetime, span: int) -> datetime:
+    moment = moment.astimezone(UTC)
+    if span == HOUR:
+        return moment.replace(minute=0, second=0, microsecond=0)
+    return moment.replace(second=0, microsecond=0)
+
+
+def send_bin(seconds: float) -> int:
+    """The histogram bin of a send time: the first bound it does not exceed, else the last bin."""
+    return bisect_left(SEND_TIME_BOUNDS, seconds)
+
+
+@dataclass
+class _Run:
+    failures: int = 0  # since the batch's last success (or in all, if it had none)
+    last_ok_at: datetime | None = None
+    last_send_at: datetime | None = None
+    error: tuple[str, str, datetime] | None = None
+
+
+def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None) -> None:
+    """Add sends ``(connector_id, started, finished, ok, error_class, error)``, in the order they
+    were recorded, to the summary: one upsert for the buckets and one for the connectors.
+    ``minutes_since``: minute buckets before it are left out (a backfill needs the last hour's)."""
+    buckets: dict[tuple[int, int, datetime], list[int]] = {}
+    runs: dict[int, _Run] = {}
+    for connector_id, started, finished, ok, error_class, error in rows:
+        where = send_bin((finished - started).total_seconds())
+        for span in (MINUTE, HOUR):
+            start = floor(finished, span)
+            if span == MINUTE and minutes_since is not None and start < minutes_since:
+                continue
+            counts = buckets.setdefault((connector_id, span, start), [0] * (2 + BINS))
+            counts[0] += 1
+            counts[1] += 1 if ok else 0
+            counts[2 + where] += 1
+        run = runs.setdefault(connector_id, _Run())
+        run.last_send_at = max(run.last_send_at or finished, finished)
+        if ok:
+            run.failures, run.last_ok_at = 0, max(run.last_ok_at or finished, finished)
+        else:
+            run.failures += 1
+            if run.error is None or finished >= run.error[2]:
+                run.error = (error_class or "", (error or "")[:ERROR_CHARS], finished)
+    if not runs:
+        return
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's read-modify-write these upserts stand for
+        _orm_buckets(buckets)
+        _orm_runs(runs)
+        return
+    stamp = connection.ops.adapt_datetimefield_value
+    bucket_rows = [[cid, span, stamp(start), *counts] for (cid, span, start), counts in buckets.items()]
+    run_rows = [
+        [cid, run.failures, *(run.error[:2] if run.error else ("", "")),
+         stamp(run.error[2]) if run.error else None, stamp(run.last_ok_at) if run.last_ok_at else None,
+         stamp(run.last_send_at)]
+        for cid, run in runs.items()
+    ]  # fmt: skip
+    with connection.cursor() as cursor:
+        for sql, table_rows in ((_BUCKET_UPSERT, bucket_rows), (_RUN_UPSERT, run_rows)):
+            for i in range(0, len(table_rows), UPSERT_ROWS):
+                chunk = table_rows[i : i + UPSERT_ROWS]
+                marks = "(" + ", ".join(["%s"] * len(chunk[0])) + ")"
+                cursor.execute(
+                    sql.format(values=", ".join([marks] * len(chunk))), [v for r in chunk for v in r]
+                )
+
+
+_BT = HealthBucket._meta.db_table
+_BUCKET_UPSERT = (
+    f"INSERT INTO {_BT} (connector_id, span, start, sends, ok, {', '.join(BIN_FIELDS)}) VALUES {{values}} "
+    "ON CONFLICT (connector_id, span, start) DO UPDATE SET "
+    + ", ".join(f"{name} = {_BT}.{name} + excluded.{name}" for name in ("sends", "ok", *BIN_FIELDS))
+)
+_HT = ConnectorHealth._meta.db_table
+# A batch with a success restarts the run at its failures after that success; one without adds
+# to it. The last error and success are the newer of the stored and the batch's.
+_NEWER_ERROR = f"excluded.last_error_at IS NOT NULL AND ({_HT}.last_error_at IS NULL OR excluded.last_error_at >= {_HT}.last_error_at)"
+_RUN_UPSERT = (
+    f"INSERT INTO {_HT} (connector_id, consecutive_failures, last_error_class, last_error, last_error_at, "
+    "last_ok_at, last_send_at) VALUES {values} ON CONFLICT (connector_id) DO UPDATE SET "
+    f"consecutive_failures = CASE WHEN excluded.last_ok_at IS NOT NULL THEN excluded.consecutive_failures "
+    f"ELSE {_HT}.consecutive_failures + excluded.consecutive_failures END, "
+    + ", ".join(
+        f"{name} = CASE WHEN {_NEWER_ERROR} THEN excluded.{name} ELSE {_HT}.{name} END"
+        for name in ("last_error_class", "last_error", "last_error_at")
+    )
+    + f", last_ok_at = CASE WHEN excluded.last_ok_at IS NULL OR ({_HT}.last_ok_at IS NOT NULL AND "
+    f"{_HT}.last_ok_at > excluded.last_ok_at) THEN {_HT}.last_ok_at ELSE excluded.last_ok_at END"
+    f", last_send_at = CASE WHEN {_HT}.last_send_at > excluded.last_send_at THEN {_HT}.last_send_at "
+    "ELSE excluded.last_send_at END"
+)
+
+
+def _orm_buckets(buckets: dict) -> None:
+    for (cid, span, start), counts in buckets.items():
+        names = ("sends", "ok", *BIN_FIELDS)
+        adds = {name: F(name) + n for name, n in zip(names, counts, strict=True) if n}
+        key = {"connector_id": cid, "span": span, "start": start}
+        if HealthBucket.objects.filter(**key).update(**adds):
+            continue
+        try:
+            with transaction.atomic():
+                HealthBucket.objects.create(**key, **dict(zip(names, counts, strict=True)))
+        except IntegrityError:  # another recorder created it meanwhile: add to it
+            HealthBucket.objects.filter(**key).update(**adds)
+
+
+def _orm_runs(runs: dict[int, _Run]) -> None:
+    for cid, run in runs.items():
+        ConnectorHealth.objects.get_or_create(connector_id=cid)
+        row = ConnectorHealth.objects.select_for_update().get(connector_id=cid)
+        row.consecutive_failures = run.failures + (0 if run.last_ok_at else row.consecutive_failures)
+        if run.error and (row.last_error_at is None or run.error[2] >= row.last_error_at):
+            row.last_error_class, row.last_error, row.last_error_at = run.error
+        if run.last_ok_at and (row.last_ok_at is None or run.last_ok_at >= row.last_ok_at):
+            row.last_ok_at = run.last_ok_at
+        row.last_send_at = max(row.last_send_at or run.last_send_at, run.last_send_at)
+        row.save()
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    sends: int = 0
+    ok: int = 0
+    bins: tuple[int, ...] = (0,) * BINS
+
+    @property
+    def rate(self) -> float | None:
+        return self.ok / self.sends if self.sends else None
+
+    def quantile(self, q: float) -> float | None:
+        """The upper bound of the bin holding the ``q`` quantile (nearest rank); ``inf`` past the
+        last bound; None without sends."""
+        if not self.sends:
+            return None
+        rank, seen = math.ceil(q * self.sends), 0
+        for i, n in enumerate(self.bins):
+            seen += n
+            if seen >= rank:
+                return SEND_TIME_BOUNDS[i] if i < len(SEND_TIME_BOUNDS) else math.inf
+        return math.inf
+
+    def as_dict(self) -> dict:
+        p50, p95 = self.quantile(0.5), self.quantile(0.95)
+        return {
+            "sends": self.sends,
+            "ok": self.ok,
+            "success_rate": None if self.rate is None else round(self.rate, 4),
+            # The upper bound of the histogram bin; null without sends or past the last bound.
+            "p50_s": p50 if p50 is not None and p50 != math.inf else None,
+            "p95_s": p95 if p95 is not None and p95 != math.inf else None,
+            "p50": seconds_text(p50),
+            "p95": seconds_text(p95),
+        }
+
+
+def seconds_text(bound: float | None) -> str:
+    if bound is None:
+        return "-"
+    if bound == math.inf:
+        return f"> {SEND_TIME_BOUNDS[-1]:g} s"
+    return f"≤ {bound * 1000:g} ms" if bound < 1 else f"≤ {bound:g} s"
+
+
+@dataclass(frozen=True)
+class Health:
+    connector_id: int
+    hour: Window = Window()
+    day: Window = Window()
+    consecutive_failures: int = 0
+    last_error_class: str = ""
+    last_error: str = ""
+    last_error_at: datetime | None = None
+    last_ok_at: datetime | None = None
+    waiting: dict[str, int] = field(default_factory=dict)  # WAIT_KEYS and TO_GO, each up to CAP + 1
+
+    def as_dict(self) -> dict:
+        return {
+            "connector": self.connector_id,
+            "last_hour": self.hour.as_dict(),
+            "last_day": self.day.as_dict(),
+            "consecutive_failures": self.consecutive_failures,
+            "last_error": (
+                {"error_class": self.last_error_class, "detail": self.last_error, "at": self.last_error_at}
+                if self.last_error_at
+                else None
+            ),
+            "last_ok_at": self.last_ok_at,
+            # Counts past CAP read CAP + 1: "more than 100".
+            "waiting": {key: n for key, n in self.waiting.items() if n},
+            "waiting_capped_at": CAP,
+        }
+
+
+def windows(now: datetime) -> tuple[datetime, datetime]:
+    """The first minute bucket of the last hour and the first hour bucket of the last day."""
+    return (
+        floor(now, MINUTE) - timedelta(minutes=HOUR_BUCKETS - 1),
+        floor(now, HOUR) - timedelta(hours=DAY_BUCKETS - 1),
+    )
+
+
+def _capped(condition: str) -> RawSQL:
+    # As connector_glance's counts: a sub-select that stops at CAP + 1 rows of a partial index
+    # (commands_connector_reason_idx for the failed ones), the states written as literals so that
+    # SQLite can use it. Every value here is a constant of this module, never input.
+    table = "commands_command"
+    return RawSQL(
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} c WHERE c.connector_id = commands_connector.id "
+        f"AND {condition} LIMIT {CAP + 1}) capped",
+        (),
+    )
+
+
+def _wait_condition(key: str) -> str:
+    """``commands.explain.waiting_for(key)`` for failed commands, as SQL text."""
+    failed = f"c.state = '{State.FAILED.value}'"
+    if key == RESEND_PENDING:
+        return f"{failed} AND c.resend_by_id IS NOT NULL"
+    reasons = ", ".join(f"'{r}'" for r in AFTER_FIX_REASONS)
+    after_fix = f"c.last_outlook = '{AFTER_FIX}' AND c.skip_reason IN ({reasons})"
+    if key == AFTER_FIX:
+        return f"{failed} AND {after_fix} AND c.resend_by_id IS NULL"
+    value = "" if key == NO_REASON else key
+    if value in AFTER_FIX_REASONS:
+        return f"{failed} AND c.skip_reason = '{value}' AND NOT ({after_fix}) AND c.resend_by_id IS NULL"
+    return f"{failed} AND c.skip_reason = '{value}' AND c.resend_by_id IS NULL"
+
+
+def waiting_annotations() -> dict[str, RawSQL]:
+    to_go = f"c.state IN ('{State.APPROVED.value}', '{State.QUEUED.value}')"
+    return {"w_" + key.replace("-", "_"): _capped(_wait_condition(key)) for key in WAIT_KEYS} | {
+        "w_to_go": _capped(to_go)
+    }
+
+
+def figures(connector_ids: Sequence[int], now: datetime | None = None) -> dict[int, Health]:
+    """Each connector's :class:`Health` (every id answered, zeros for one that never sent), in
+    three queries whatever the number of connectors, attempts or commands."""
+    from commands.models import Connector  # models imports this module's tables
+
+    if not connector_ids:
+        return {}
+    now = now or timezone.now()
+    minute_from, hour_from = windows(now)
+    sums = {"sends": Sum("sends"), "ok": Sum("ok"), **{name: Sum(name) for name in BIN_FIELDS}}
+    rows = (
+        HealthBucket.objects.filter(connector_id__in=connector_ids)
+        .filter(Q(span=MINUTE, start__gte=minute_from) | Q(span=HOUR, start__gte=hour_from))
+        .order_by()
+        .values("connector_id", "span")
+        .annotate(**sums)
+    )
+    spans: dict[tuple[int, int], Window] = {
+        (row["connector_id"], row["span"]): Window(
+            row["sends"], row["ok"], tuple(row[name] for name in BIN_FIELDS)
+        )
+        for row in rows
+    }
+    runs = {row.connector_id: row for row in ConnectorHealth.objects.filter(connector_id__in=connector_ids)}
+    annotations = waiting_annotations()
+    waits = {
+        row["pk"]: row
+        for row in Connector.objects.filter(pk__in=connector_ids)
+        .annotate(**annotations)
+        .values("pk", *annotations)
+    }
+    found = {}
+    for cid in connector_ids:
+        run = runs.get(cid)
+        counts = waits.get(cid, {})
+        found[cid] = Health(
+            cid,
+            hour=spans.get((cid, MINUTE), Window()),
+            day=spans.get((cid, HOUR), Window()),
+            consecutive_failures=run.consecutive_failures if run else 0,
+            last_error_class=run.last_error_class if run else "",
+            last_error=run.last_error if run else "",
+            last_error_at=run.last_error_at if run else None,
+            last_ok_at=run.last_ok_at if run else None,
+            waiting={key: counts.get("w_" + key.replace("-", "_"), 0) for key in (*WAIT_KEYS, TO_GO)},
+        )
+    return found
+
+
+def worst(limit: int, now: datetime | None = None, *, failing_only: bool = True) -> list[tuple]:
+    """``(connector, Health)`` of the connectors failing the longest run right now, longest first,
+    then the latest failure first (``failing_only=False``: then the others that ever sent)."""
+    from commands.models import Connector
+
+    rows = ConnectorHealth.objects.all()
+    if failing_only:
+        rows = rows.filter(consecutive_failures__gt=0)
+    ids = list(
+        rows.order_by(
+            "-consecutive_failures", F("last_error_at").desc(nulls_last=True), "connector_id"
+        ).values_list("connector_id", flat=True)[:limit]
+    )
+    connectors = Connector.objects.select_related("tenant").in_bulk(ids)
+    health = figures(ids, now)
+    return [(connectors[cid], health[cid]) for cid in ids if cid in connectors]
+
+
+# --- building and pruning ------------------------------------------------------------------------
+
+
+BACKFILL_CHUNK = 10_000
+
+
+def backfill(now: datetime | None = None, *, chunk: int = BACKFILL_CHUNK) -> int:
+    """Build the summary again from the attempts of the last day (an install that has attempts
+    but no summary, or one restored from a backup): replaces what is there, in one transaction,
+    through :func:`record_rows` — the recorder's own aggregation. Returns the sends counted.
+    Run it with the dispatch loop stopped: sends recorded while it runs may be counted twice.
+    Consecutive failures count only that day's attempts."""
+    from commands.models import Attempt
+
+    now = now or timezone.now()
+    minute_from, hour_from = windows(now)
+    attempts = (
+        Attempt.objects.filter(finished_at__gte=hour_from, finished_at__lte=now, ok__isnull=False)
+        .order_by("finished_at", "id")
+        .values_list(
+            "command__connector_id", "started_at", "finished_at", "ok", "error_class", "error_message"
+        )
+    )
+    counted = 0
+    with transaction.atomic():
+        HealthBucket.objects.all().delete()
+        ConnectorHealth.objects.all().delete()
+        batch: list[tuple] = []
+        for row in attempts.iterator(chunk_size=chunk):
+            batch.append(row)
+            if len(batch) >= chunk:
+                record_rows(batch, minutes_since=minute_from)
+                counted += len(batch)
+                batch = []
+        record_rows(batch, minutes_since=minute_from)
+        counted += len(batch)
+    return counted
+
+
+# Buckets are read for an hour (minutes) and a day (hours); retention keeps a margin past that.
+KEEP_MINUTES = timedelta(hours=2)
+KEEP_HOURS = timedelta(days=2)
+
+
+def old_buckets(now: datetime):
+    """The buckets no window reads any more (``commands.retention``)."""
+    return HealthBucket.objects.filter(
+        Q(span=MINUTE, start__lt=now - KEEP_MINUTES) | Q(span=HOUR, start__lt=now - KEEP_HOURS)
+    )
