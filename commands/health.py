@@ -34,6 +34,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, Sum
@@ -204,7 +205,8 @@ def _orm_runs(runs: dict[int, _Run]) -> None:
             row.last_error_class, row.last_error, row.last_error_at = run.error
         if run.last_ok_at and (row.last_ok_at is None or run.last_ok_at >= row.last_ok_at):
             row.last_ok_at = run.last_ok_at
-        row.last_send_at = max(row.last_send_at or run.last_send_at, run.last_send_at)
+        if run.last_send_at and (row.last_send_at is None or run.last_send_at > row.last_send_at):
+            row.last_send_at = run.last_send_at
         row.save()
 
 
@@ -337,7 +339,7 @@ def figures(connector_ids: Sequence[int], now: datetime | None = None) -> dict[i
     now = now or timezone.now()
     minute_from, hour_from = windows(now)
     sums = {"sends": Sum("sends"), "ok": Sum("ok"), **{name: Sum(name) for name in BIN_FIELDS}}
-    rows = (
+    rows: list[dict[str, Any]] = list(
         HealthBucket.objects.filter(connector_id__in=connector_ids)
         .filter(Q(span=MINUTE, start__gte=minute_from) | Q(span=HOUR, start__gte=hour_from))
         .order_by()

@@ -49,7 +49,10 @@ def known_sends(connector) -> None:
     """Four batches, as the recorder writes them: one outside the day, two in the day only, four in
     the last hour (the last of them a failure), one a minute outside the hour."""
     record(sent(connector, NOW - timedelta(hours=25), 0.04, False))
-    record(sent(connector, NOW - timedelta(hours=2), 0.2, True), sent(connector, NOW - timedelta(hours=2), 0.2, True))
+    record(
+        sent(connector, NOW - timedelta(hours=2), 0.2, True),
+        sent(connector, NOW - timedelta(hours=2), 0.2, True),
+    )
     # 11:30:59 is in the minute before the hour's first one (11:31): the day's, not the hour's.
     record(sent(connector, datetime(2026, 12, 1, 11, 30, 59, tzinfo=UTC), 0.004, True))
     record(
@@ -150,7 +153,9 @@ def test_waiting_counts_by_reason_match_the_failed_lists_filters_and_stop_at_the
     for key in health.WAIT_KEYS:
         assert waiting[key] == failed.filter(waiting_for(key)).count(), key
     Command.objects.bulk_create(
-        Command(tenant=crm.tenant, connector=crm, state=State.FAILED, skip_reason="never", last_outlook="never")
+        Command(
+            tenant=crm.tenant, connector=crm, state=State.FAILED, skip_reason="never", last_outlook="never"
+        )
         for _ in range(health.CAP + 5)
     )
     assert health.figures([crm.pk], NOW)[crm.pk].waiting["never"] == health.CAP + 1
@@ -194,7 +199,9 @@ def test_prune_removes_the_buckets_no_window_reads(make_connector):
 
 
 def recent_sends(connector, now: datetime) -> None:
-    record(sent(connector, now, 0.04, True), sent(connector, now, 0.04, True), sent(connector, now, 2.0, True))
+    record(
+        sent(connector, now, 0.04, True), sent(connector, now, 0.04, True), sent(connector, now, 2.0, True)
+    )
     record(sent(connector, now, 0.04, False, "HTTP 503: down"))
     make_failed(connector, outlook="never", reason="never")
 
@@ -208,7 +215,7 @@ def test_the_admin_list_and_page_show_the_figures(admin_client, make_connector):
     html = admin_client.get(LIST).content.decode()
     assert "75% of 4" in html  # the last hour and the last day
     assert "p50 ≤ 50 ms · p95 ≤ 2.5 s" in html
-    assert "?connector__id__exact={}&amp;reason=never".format(crm.pk) in html
+    assert f"?connector__id__exact={crm.pk}&amp;reason=never" in html
     page = admin_client.get(reverse("admin:commands_connector_change", args=[crm.pk])).content.decode()
     assert '<table class="ankusa-health">' in page
     assert "<th>failures in a row</th><td>1</td>" in page
@@ -280,7 +287,9 @@ def test_prometheus_labels_a_bounded_set_of_connectors(client, make_connector, s
     assert 'ankusa_connector_consecutive_failures{connector="bad",tenant="acme"} 2.0' in text
     assert 'ankusa_connector_sends{connector="ok",tenant="acme",window="1h"} 1.0' in text
     assert 'ankusa_connector_success_ratio{connector="bad",tenant="acme",window="24h"} 0.0' in text
-    assert 'ankusa_connector_send_seconds{connector="ok",quantile="0.5",tenant="acme",window="1h"} 0.05' in text
+    assert (
+        'ankusa_connector_send_seconds{connector="ok",quantile="0.5",tenant="acme",window="1h"} 0.05' in text
+    )
     assert "ankusa_connectors_failing 1.0" in text
     settings.ANKUSA_METRICS_CONNECTORS = 1
     text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
