@@ -108,13 +108,16 @@ class _Run:
     error: tuple[str, str, datetime] | None = None
 
 
-def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None) -> None:
+def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None) -> int:
     """Add sends ``(connector_id, started, finished, ok, error_class, error)``, in the order they
     were recorded, to the summary: one upsert for the buckets and one for the connectors.
-    ``minutes_since``: minute buckets before it are left out (a backfill needs the last hour's)."""
+    ``minutes_since``: minute buckets before it are left out (a backfill needs the last hour's).
+    Returns how many sends it added."""
+    counted = 0
     buckets: dict[tuple[int, int, datetime], list[int]] = {}
     runs: dict[int, _Run] = {}
     for connector_id, started, finished, ok, error_class, error in rows:
+        counted += 1
         where = send_bin((finished - started).total_seconds())
         for span in (MINUTE, HOUR):
             start = floor(finished, span)
@@ -133,11 +136,11 @@ def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None)
             if run.error is None or finished >= run.error[2]:
                 run.error = (error_class or "", (error or "")[:ERROR_CHARS], finished)
     if not runs:
-        return
+        return 0
     if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's read-modify-write these upserts stand for
         _orm_buckets(buckets)
         _orm_runs(runs)
-        return
+        return counted
     stamp = connection.ops.adapt_datetimefield_value
     bucket_rows = [[cid, span, stamp(start), *counts] for (cid, span, start), counts in buckets.items()]
     run_rows = [
@@ -154,6 +157,7 @@ def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None)
                 cursor.execute(
                     sql.format(values=", ".join([marks] * len(chunk))), [v for r in chunk for v in r]
                 )
+    return counted
 
 
 _BT = HealthBucket._meta.db_table
@@ -419,20 +423,11 @@ def backfill(now: datetime | None = None, *, chunk: int = BACKFILL_CHUNK) -> int
             "command__connector_id", "started_at", "finished_at", "ok", "error_class", "error_message"
         )
     )
-    counted = 0
     with transaction.atomic():
         HealthBucket.objects.all().delete()
         ConnectorHealth.objects.all().delete()
-        batch: list[tuple] = []
-        for row in attempts.iterator(chunk_size=chunk):
-            batch.append(row)
-            if len(batch) >= chunk:
-                record_rows(batch, minutes_since=minute_from)
-                counted += len(batch)
-                batch = []
-        record_rows(batch, minutes_since=minute_from)
-        counted += len(batch)
-    return counted
+        # One pass, one write: the day's buckets (at most 84 a connector) are summed in memory.
+        return record_rows(attempts.iterator(chunk_size=chunk), minutes_since=minute_from)
 
 
 # Buckets are read for an hour (minutes) and a day (hours); retention keeps a margin past that.
