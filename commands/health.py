@@ -299,38 +299,50 @@ def windows(now: datetime) -> tuple[datetime, datetime]:
     )
 
 
-def _capped(condition: str) -> RawSQL:
-    # As connector_glance's counts: a sub-select that stops at CAP + 1 rows of a partial index
-    # (commands_connector_reason_idx for the failed ones), the states written as literals so that
-    # SQLite can use it. Every value here is a constant of this module, never input.
+def _capped(ranges: list[str], order: str) -> RawSQL:
+    # As connector_glance's counts: sub-selects that each stop at CAP + 1 rows of one range of a
+    # partial index (commands_connector_reason_idx for the failed ones: connector, skip reason,
+    # outlook), summed; ``order`` is the index's own next column, so the planner walks that range
+    # and stops, rather than collecting the connector's whole reason in a bitmap (measured: 300 ms
+    # a page at 100,000 failed commands before). A "not this outlook" is two ranges, below and
+    # above it. The states are literals so that SQLite can use the partial index; every value
+    # here is a constant of this module, never input.
     table = "commands_command"
-    return RawSQL(
-        f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} c WHERE c.connector_id = commands_connector.id "
-        f"AND {condition} LIMIT {CAP + 1}) capped",
-        (),
-    )
+    counts = [
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM {table} c WHERE c.connector_id = commands_connector.id "
+        f"AND {condition} ORDER BY {order} LIMIT {CAP + 1}) capped)"
+        for condition in ranges
+    ]
+    return RawSQL(" + ".join(counts), ())
 
 
-def _wait_condition(key: str) -> str:
-    """``commands.explain.waiting_for(key)`` for failed commands, as SQL text."""
+def _wait_ranges(key: str) -> list[str]:
+    """``commands.explain.waiting_for(key)`` for failed commands, as SQL conditions whose rows
+    add up to it, each one range of ``commands_connector_reason_idx``."""
     failed = f"c.state = '{State.FAILED.value}'"
     if key == RESEND_PENDING:
-        return f"{failed} AND c.resend_by_id IS NOT NULL"
-    reasons = ", ".join(f"'{r}'" for r in AFTER_FIX_REASONS)
-    after_fix = f"c.last_outlook = '{AFTER_FIX}' AND c.skip_reason IN ({reasons})"
+        return [f"{failed} AND c.resend_by_id IS NOT NULL"]
+    not_resent = "c.resend_by_id IS NULL"
     if key == AFTER_FIX:
-        return f"{failed} AND {after_fix} AND c.resend_by_id IS NULL"
+        return [
+            f"{failed} AND c.skip_reason = '{reason}' AND c.last_outlook = '{AFTER_FIX}' AND {not_resent}"
+            for reason in AFTER_FIX_REASONS
+        ]
     value = "" if key == NO_REASON else key
     if value in AFTER_FIX_REASONS:
-        return f"{failed} AND c.skip_reason = '{value}' AND NOT ({after_fix}) AND c.resend_by_id IS NULL"
-    return f"{failed} AND c.skip_reason = '{value}' AND c.resend_by_id IS NULL"
+        return [
+            f"{failed} AND c.skip_reason = '{value}' AND c.last_outlook {side} '{AFTER_FIX}' AND {not_resent}"
+            for side in ("<", ">")
+        ]
+    return [f"{failed} AND c.skip_reason = '{value}' AND {not_resent}"]
 
 
 def waiting_annotations() -> dict[str, RawSQL]:
     to_go = f"c.state IN ('{State.APPROVED.value}', '{State.QUEUED.value}')"
-    return {"w_" + key.replace("-", "_"): _capped(_wait_condition(key)) for key in WAIT_KEYS} | {
-        "w_to_go": _capped(to_go)
-    }
+    return {
+        "w_" + key.replace("-", "_"): _capped(_wait_ranges(key), "c.skip_reason, c.last_outlook")
+        for key in WAIT_KEYS
+    } | {"w_to_go": _capped([to_go], "c.connector_id")}
 
 
 def figures(connector_ids: Sequence[int], now: datetime | None = None) -> dict[int, Health]:
@@ -377,7 +389,9 @@ def figures(connector_ids: Sequence[int], now: datetime | None = None) -> dict[i
             last_error=run.last_error if run else "",
             last_error_at=run.last_error_at if run else None,
             last_ok_at=run.last_ok_at if run else None,
-            waiting={key: counts.get("w_" + key.replace("-", "_"), 0) for key in (*WAIT_KEYS, TO_GO)},
+            waiting={
+                key: min(counts.get("w_" + key.replace("-", "_"), 0), CAP + 1) for key in (*WAIT_KEYS, TO_GO)
+            },
         )
     return found
 

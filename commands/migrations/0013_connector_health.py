@@ -60,7 +60,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='command',
-            index=models.Index(condition=models.Q(('state', 'failed')), fields=['connector', 'skip_reason', 'last_outlook'], name='commands_connector_reason_idx'),
+            index=models.Index(condition=models.Q(('state', 'failed')), fields=['connector', 'skip_reason', 'last_outlook', 'resend_by'], name='commands_connector_reason_idx'),
         ),
         migrations.AddIndex(
             model_name='connectorhealth',
