@@ -5,10 +5,15 @@ dashboard, API, Prometheus — at a query count that does not grow with the conn
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
@@ -182,6 +187,42 @@ def test_concurrent_recorders_both_count(make_connector):
     figures = health.figures([crm.pk], NOW)[crm.pk]
     assert (figures.hour.sends, figures.day.sends, figures.hour.ok) == (200, 200, 200)
     assert HealthBucket.objects.filter(connector=crm).count() == 2  # one minute, one hour
+
+
+CHILD = """
+import django, sys
+from datetime import datetime, timedelta
+django.setup()
+from django.db import transaction
+from commands import health
+finished = datetime.fromisoformat(sys.argv[2])
+for _ in range(5):
+    with transaction.atomic():  # as the recorder: one transaction a batch
+        health.record_rows([(int(sys.argv[1]), finished - timedelta(seconds=0.02), finished, True, "", "")] * 10)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_recorder_processes_both_count(make_connector):
+    db = connection.settings_dict
+    if connection.vendor == "postgresql":
+        url = urlsplit(os.environ["DATABASE_URL"])._replace(path="/" + db["NAME"]).geturl()
+    elif "memory" in str(db["NAME"]):
+        pytest.skip("an in-memory SQLite database is one process's")
+    else:
+        url = f"sqlite:///{db['NAME']}"
+    crm = make_connector("crm")
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(crm.pk), NOW.isoformat()],
+            env={**os.environ, "DATABASE_URL": url},
+            cwd=settings.BASE_DIR,
+        )
+        for _ in range(4)
+    ]
+    assert [child.wait(timeout=120) for child in children] == [0, 0, 0, 0]
+    figures = health.figures([crm.pk], NOW)[crm.pk]
+    assert (figures.hour.sends, figures.day.sends, figures.hour.ok) == (200, 200, 200)
 
 
 def test_prune_removes_the_buckets_no_window_reads(make_connector):
