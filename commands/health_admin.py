@@ -1,5 +1,5 @@
 """Connector health in the admin: the connector list's columns, the connector page's table and the
-dashboard's worst few — all read from ``commands.health.figures`` (three queries per page, however
+dashboard's worst few — all read from ``commands.health_figures.figures`` (three queries per page, however
 many connectors and attempts), never from the attempts table."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from commands import health
+from commands import health_figures
 from commands.explain import SKIP_REASONS
 
 # The dashboard shows this many connectors, longest run of failures first.
@@ -23,17 +23,17 @@ WORST_SHOWN = 5
 
 
 def attach(connectors, now: datetime | None = None) -> None:
-    """Give each connector of a page its ``glance_health`` (one :func:`health.figures` call)."""
-    found = health.figures([c.pk for c in connectors], now)
+    """Give each connector of a page its ``glance_health`` (one :func:`health_figures.figures` call)."""
+    found = health_figures.figures([c.pk for c in connectors], now)
     for connector in connectors:
         connector.glance_health = found.get(connector.pk)
 
 
 def capped(n: int) -> str:
-    return f"more than {health.CAP:,}" if n > health.CAP else f"{n:,}"
+    return f"more than {health_figures.CAP:,}" if n > health_figures.CAP else f"{n:,}"
 
 
-def rate_text(window: health.Window) -> str:
+def rate_text(window: health_figures.Window) -> str:
     return f"{round(100 * window.rate)}% of {window.sends:,}" if window.sends else "-"
 
 
@@ -46,12 +46,12 @@ def reason_label(key: str) -> tuple[str, str]:
     return (meaning.label, meaning.tone) if meaning else ("deciding", "wait")
 
 
-def waiting_badges(figures: health.Health) -> SafeString | str:
+def waiting_badges(figures: health_figures.Health) -> SafeString | str:
     """Each reason its failed commands wait for, with its (capped) count, linked to the failed
     list filtered to that connector and reason."""
     url = reverse("admin:commands_failedcommand_changelist")
     shown = []
-    for key in health.WAIT_KEYS:
+    for key in health_figures.WAIT_KEYS:
         n = figures.waiting.get(key, 0)
         if n:
             label, tone = reason_label(key)
@@ -64,15 +64,13 @@ def waiting_badges(figures: health.Health) -> SafeString | str:
     )
 
 
-def send_times(window: health.Window) -> str:
+def send_times(window: health_figures.Window) -> str:
     if not window.sends:
         return "-"
-    return (
-        f"p50 {health.seconds_text(window.quantile(0.5))} · p95 {health.seconds_text(window.quantile(0.95))}"
-    )
+    return f"p50 {health_figures.seconds_text(window.quantile(0.5))} · p95 {health_figures.seconds_text(window.quantile(0.95))}"
 
 
-def last_error_text(figures: health.Health) -> SafeString | str:
+def last_error_text(figures: health_figures.Health) -> SafeString | str:
     if figures.last_error_at is None:
         return "-"
     return format_html(
@@ -86,8 +84,8 @@ def last_error_text(figures: health.Health) -> SafeString | str:
 class HealthColumns:
     """The connector list's health columns (each row's ``glance_health``, set by :func:`attach`)."""
 
-    def _health(self, connector) -> health.Health:
-        return getattr(connector, "glance_health", None) or health.Health(connector.pk)
+    def _health(self, connector) -> health_figures.Health:
+        return getattr(connector, "glance_health", None) or health_figures.Health(connector.pk)
 
     @admin.display(description="last hour")
     def health_hour(self, connector) -> str:
@@ -112,7 +110,9 @@ class HealthColumns:
 
 def page_table(connector) -> SafeString:
     """The connector page's health table."""
-    figures = getattr(connector, "glance_health", None) or health.figures([connector.pk])[connector.pk]
+    figures = (
+        getattr(connector, "glance_health", None) or health_figures.figures([connector.pk])[connector.pk]
+    )
     rows = [
         ("sends, last hour", rate_text(figures.hour)),
         ("send time, last hour", send_times(figures.hour)),
@@ -122,7 +122,7 @@ def page_table(connector) -> SafeString:
         ("last failed send", last_error_text(figures)),
         ("last successful send", when(figures.last_ok_at)),
         ("failed, waiting for", waiting_badges(figures)),
-        ("waiting to go", capped(figures.waiting.get(health.TO_GO, 0))),
+        ("waiting to go", capped(figures.waiting.get(health_figures.TO_GO, 0))),
     ]
     return format_html(
         '<table class="ankusa-health">{}</table>',
@@ -133,7 +133,7 @@ def page_table(connector) -> SafeString:
 def worst_connectors(now: datetime | None = None) -> list[dict]:
     """The dashboard's worst few: name, link and figures of the connectors failing longest."""
     shown = []
-    for connector, figures in health.worst(WORST_SHOWN, now):
+    for connector, figures in health_figures.worst(WORST_SHOWN, now):
         shown.append(
             {
                 "name": str(connector),

@@ -2,7 +2,7 @@
 ``GET /api/v1/connectors/health/`` (every connector the caller may see, in id-cursor pages, with the
 connector list's filters). Mixed into ``commands.api.ConnectorViewSet``, so both answer to its
 permissions (``view_connector`` for staff, a tenant token its own connectors) and scoping; the
-figures are ``commands.health.figures``'s (three queries per page, whatever the attempts)."""
+figures are ``commands.health_figures.figures``'s (three queries per page, whatever the attempts)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from ankusa_site.api import errors, paging_params, refuse_unknown_query_params
-from commands import health
+from commands import health_figures
 
 
 class WindowSerializer(serializers.Serializer):
@@ -53,7 +53,7 @@ class HealthSerializer(serializers.Serializer):
 
 
 def health_rows(connectors) -> list[dict]:
-    found = health.figures([c.pk for c in connectors])
+    found = health_figures.figures([c.pk for c in connectors])
     return [{**found[c.pk].as_dict(), "tenant": c.tenant.slug, "name": c.name} for c in connectors]
 
 

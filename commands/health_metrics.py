@@ -15,7 +15,7 @@ import math
 from django.conf import settings
 from prometheus_client.core import GaugeMetricFamily
 
-from commands import health
+from commands import health_figures
 from commands.health_models import ConnectorHealth
 
 WINDOWS = (("1h", "hour"), ("24h", "day"))
@@ -49,14 +49,14 @@ def collect():
     )
     waiting = GaugeMetricFamily(
         "ankusa_connector_commands_waiting",
-        f"Its commands waiting, by why (each counted up to {health.CAP + 1}).",
+        f"Its commands waiting, by why (each counted up to {health_figures.CAP + 1}).",
         labels=[*labels, "reason"],
     )
     limit = settings.ANKUSA_METRICS_CONNECTORS
-    for connector, figures in health.worst(limit, failing_only=False) if limit else []:
+    for connector, figures in health_figures.worst(limit, failing_only=False) if limit else []:
         names = [connector.tenant.slug, connector.name]
         for window, attribute in WINDOWS:
-            shown: health.Window = getattr(figures, attribute)
+            shown: health_figures.Window = getattr(figures, attribute)
             sends.add_metric([*names, window], shown.sends)
             if shown.sends:
                 rate.add_metric([*names, window], shown.ok / shown.sends)

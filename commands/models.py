@@ -594,7 +594,7 @@ class Command(models.Model):
                 condition=Q(state__in=[State.APPROVED, State.QUEUED]),
             ),
             # Connector health: each connector's failed commands by why they wait (capped counts,
-            # commands.health.waiting_annotations), one index range per reason, read from the index
+            # commands.health_figures.waiting_annotations), one index range per reason, read from the index
             # alone (the resend link is in it: it decides between two reasons).
             models.Index(
                 fields=["connector", "skip_reason", "last_outlook", "resend_by"],

@@ -10,73 +10,99 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('commands', '0012_connector_pacing'),
-        ('limits', '0003_api_token'),
+        ("commands", "0012_connector_pacing"),
+        ("limits", "0003_api_token"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ConnectorHealth',
+            name="ConnectorHealth",
             fields=[
-                ('connector', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='health', serialize=False, to='commands.connector')),
-                ('consecutive_failures', models.PositiveIntegerField(default=0)),
-                ('last_error_class', models.CharField(blank=True, max_length=100)),
-                ('last_error', models.TextField(blank=True)),
-                ('last_error_at', models.DateTimeField(blank=True, null=True)),
-                ('last_ok_at', models.DateTimeField(blank=True, null=True)),
-                ('last_send_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "connector",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="health",
+                        serialize=False,
+                        to="commands.connector",
+                    ),
+                ),
+                ("consecutive_failures", models.PositiveIntegerField(default=0)),
+                ("last_error_class", models.CharField(blank=True, max_length=100)),
+                ("last_error", models.TextField(blank=True)),
+                ("last_error_at", models.DateTimeField(blank=True, null=True)),
+                ("last_ok_at", models.DateTimeField(blank=True, null=True)),
+                ("last_send_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'verbose_name_plural': 'connector health',
+                "verbose_name_plural": "connector health",
             },
         ),
         migrations.CreateModel(
-            name='HealthBucket',
+            name="HealthBucket",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('span', models.PositiveIntegerField(help_text='Seconds the bucket covers: 60 or 3600.')),
-                ('start', models.DateTimeField()),
-                ('sends', models.PositiveIntegerField(default=0)),
-                ('ok', models.PositiveIntegerField(default=0)),
-                ('h0', models.PositiveIntegerField(default=0)),
-                ('h1', models.PositiveIntegerField(default=0)),
-                ('h2', models.PositiveIntegerField(default=0)),
-                ('h3', models.PositiveIntegerField(default=0)),
-                ('h4', models.PositiveIntegerField(default=0)),
-                ('h5', models.PositiveIntegerField(default=0)),
-                ('h6', models.PositiveIntegerField(default=0)),
-                ('h7', models.PositiveIntegerField(default=0)),
-                ('h8', models.PositiveIntegerField(default=0)),
-                ('h9', models.PositiveIntegerField(default=0)),
-                ('h10', models.PositiveIntegerField(default=0)),
-                ('h11', models.PositiveIntegerField(default=0)),
-                ('h12', models.PositiveIntegerField(default=0)),
-                ('h13', models.PositiveIntegerField(default=0)),
-                ('h14', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("span", models.PositiveIntegerField(help_text="Seconds the bucket covers: 60 or 3600.")),
+                ("start", models.DateTimeField()),
+                ("sends", models.PositiveIntegerField(default=0)),
+                ("ok", models.PositiveIntegerField(default=0)),
+                ("h0", models.PositiveIntegerField(default=0)),
+                ("h1", models.PositiveIntegerField(default=0)),
+                ("h2", models.PositiveIntegerField(default=0)),
+                ("h3", models.PositiveIntegerField(default=0)),
+                ("h4", models.PositiveIntegerField(default=0)),
+                ("h5", models.PositiveIntegerField(default=0)),
+                ("h6", models.PositiveIntegerField(default=0)),
+                ("h7", models.PositiveIntegerField(default=0)),
+                ("h8", models.PositiveIntegerField(default=0)),
+                ("h9", models.PositiveIntegerField(default=0)),
+                ("h10", models.PositiveIntegerField(default=0)),
+                ("h11", models.PositiveIntegerField(default=0)),
+                ("h12", models.PositiveIntegerField(default=0)),
+                ("h13", models.PositiveIntegerField(default=0)),
+                ("h14", models.PositiveIntegerField(default=0)),
             ],
         ),
         migrations.AddIndex(
-            model_name='command',
-            index=models.Index(condition=models.Q(('state', 'failed')), fields=['connector', 'skip_reason', 'last_outlook', 'resend_by'], name='commands_connector_reason_idx'),
+            model_name="command",
+            index=models.Index(
+                condition=models.Q(("state", "failed")),
+                fields=["connector", "skip_reason", "last_outlook", "resend_by"],
+                name="commands_connector_reason_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='connectorhealth',
-            index=models.Index(fields=['-consecutive_failures', '-last_error_at'], name='commands_health_worst_idx'),
+            model_name="connectorhealth",
+            index=models.Index(
+                fields=["-consecutive_failures", "-last_error_at"], name="commands_health_worst_idx"
+            ),
         ),
         migrations.AddField(
-            model_name='healthbucket',
-            name='connector',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='commands.connector'),
+            model_name="healthbucket",
+            name="connector",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="+",
+                to="commands.connector",
+            ),
         ),
         migrations.AddIndex(
-            model_name='healthbucket',
-            index=models.Index(fields=['span', 'start'], name='commands_health_bucket_age_idx'),
+            model_name="healthbucket",
+            index=models.Index(fields=["span", "start"], name="commands_health_bucket_age_idx"),
         ),
         migrations.AddConstraint(
-            model_name='healthbucket',
-            constraint=models.UniqueConstraint(fields=('connector', 'span', 'start'), name='commands_health_bucket_key'),
+            model_name="healthbucket",
+            constraint=models.UniqueConstraint(
+                fields=("connector", "span", "start"), name="commands_health_bucket_key"
+            ),
         ),
     ]

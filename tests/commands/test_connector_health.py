@@ -19,7 +19,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from commands import adapters, dispatch, health, retention
+from commands import adapters, dispatch, health, health_figures, retention
 from commands.explain import waiting_for
 from commands.health_models import HOUR, MINUTE, ConnectorHealth, HealthBucket
 from commands.models import Command
@@ -70,7 +70,7 @@ def known_sends(connector) -> None:
 def test_each_figure_is_exact_for_a_known_set_of_sends(make_connector):
     crm = make_connector("crm")
     known_sends(crm)
-    figures = health.figures([crm.pk], NOW)[crm.pk]
+    figures = health_figures.figures([crm.pk], NOW)[crm.pk]
     # The last hour: 11:31:00 on (the current minute and the 59 before it): 3 ok of 4.
     assert (figures.hour.sends, figures.hour.ok, figures.hour.rate) == (4, 3, 0.75)
     # Send times 0.04, 0.04, 0.04, 2.0: the median's bin ends at 50 ms, the 95th's at 2.5 s.
@@ -87,7 +87,7 @@ def test_each_figure_is_exact_for_a_known_set_of_sends(make_connector):
                                  "p50": "≤ 50 ms", "p95": "≤ 2.5 s"}  # fmt: skip
 
     # 23 hours on, the last hour is empty and the day starts at 12:00 today: the last two sends.
-    later = health.figures([crm.pk], NOW + timedelta(hours=23))[crm.pk]
+    later = health_figures.figures([crm.pk], NOW + timedelta(hours=23))[crm.pk]
     assert (later.hour.sends, later.day.sends, later.day.ok) == (0, 2, 1)
     assert later.hour.quantile(0.5) is None and later.hour.rate is None
 
@@ -109,7 +109,7 @@ def test_failures_in_a_row_grow_across_batches_and_a_success_ends_them(make_conn
 def test_a_send_slower_than_the_last_bound_reads_more_than_it(make_connector):
     crm = make_connector("crm")
     record(sent(crm, NOW, 400, True))
-    window = health.figures([crm.pk], NOW)[crm.pk].hour
+    window = health_figures.figures([crm.pk], NOW)[crm.pk].hour
     assert window.as_dict()["p95_s"] is None and window.as_dict()["p95"] == "> 300 s"
 
 
@@ -118,7 +118,7 @@ def test_the_stock_upsert_writes_what_the_sql_one_writes(make_connector, setting
     known_sends(fast)
     settings.ANKUSA_STOCK_DJANGO = frozenset({"sql"})
     known_sends(slow)
-    found = health.figures([fast.pk, slow.pk], NOW)
+    found = health_figures.figures([fast.pk, slow.pk], NOW)
     assert found[fast.pk].as_dict() | {"connector": 0} == found[slow.pk].as_dict() | {"connector": 0}
 
 
@@ -126,12 +126,12 @@ def test_the_backfill_builds_from_the_attempts_what_the_recorder_built(make_conn
     crm, quiet = make_connector("crm"), make_connector("quiet")
     known_sends(crm)
     record(sent(quiet, NOW - timedelta(minutes=1), 0.3, True))
-    recorded = health.figures([crm.pk, quiet.pk], NOW)
+    recorded = health_figures.figures([crm.pk, quiet.pk], NOW)
     HealthBucket.objects.all().delete()
     ConnectorHealth.objects.all().delete()
-    assert health.figures([crm.pk], NOW)[crm.pk].day.sends == 0  # an install with attempts only
+    assert health_figures.figures([crm.pk], NOW)[crm.pk].day.sends == 0  # an install with attempts only
     assert health.backfill(NOW) == 8  # the day's sends (not the one 25 h ago)
-    rebuilt = health.figures([crm.pk, quiet.pk], NOW)
+    rebuilt = health_figures.figures([crm.pk, quiet.pk], NOW)
     assert rebuilt[quiet.pk] == recorded[quiet.pk]
     assert rebuilt[crm.pk] == recorded[crm.pk]  # consecutive failures included: within the day
     call_command("health_backfill", stdout=open("/dev/null", "w"))  # noqa: SIM115 - the command's door
@@ -150,20 +150,20 @@ def test_waiting_counts_by_reason_match_the_failed_lists_filters_and_stop_at_the
     make_command(crm, state=State.APPROVED)
     make_command(crm, state=State.QUEUED)
     make_command(crm, state=State.SUCCEEDED)
-    waiting = health.figures([crm.pk], NOW)[crm.pk].waiting
+    waiting = health_figures.figures([crm.pk], NOW)[crm.pk].waiting
     assert waiting == {"after-fix": 2, "backing-off": 1, "never": 1, "resend-pending": 1, "none": 1,
                        "attempts-spent": 0, "not-idempotent": 0, "outlook-unknown": 0,
                        "not-dispatchable": 0, "to-go": 2}  # fmt: skip
     failed = Command.objects.filter(connector=crm, state=State.FAILED)
-    for key in health.WAIT_KEYS:
+    for key in health_figures.WAIT_KEYS:
         assert waiting[key] == failed.filter(waiting_for(key)).count(), key
     Command.objects.bulk_create(
         Command(
             tenant=crm.tenant, connector=crm, state=State.FAILED, skip_reason="never", last_outlook="never"
         )
-        for _ in range(health.CAP + 5)
+        for _ in range(health_figures.CAP + 5)
     )
-    assert health.figures([crm.pk], NOW)[crm.pk].waiting["never"] == health.CAP + 1
+    assert health_figures.figures([crm.pk], NOW)[crm.pk].waiting["never"] == health_figures.CAP + 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -184,7 +184,7 @@ def test_concurrent_recorders_both_count(make_connector):
         thread.start()
     for thread in threads:
         thread.join()
-    figures = health.figures([crm.pk], NOW)[crm.pk]
+    figures = health_figures.figures([crm.pk], NOW)[crm.pk]
     assert (figures.hour.sends, figures.day.sends, figures.hour.ok) == (200, 200, 200)
     assert HealthBucket.objects.filter(connector=crm).count() == 2  # one minute, one hour
 
@@ -221,7 +221,7 @@ def test_concurrent_recorder_processes_both_count(make_connector):
         for _ in range(4)
     ]
     assert [child.wait(timeout=120) for child in children] == [0, 0, 0, 0]
-    figures = health.figures([crm.pk], NOW)[crm.pk]
+    figures = health_figures.figures([crm.pk], NOW)[crm.pk]
     assert (figures.hour.sends, figures.day.sends, figures.hour.ok) == (200, 200, 200)
 
 
