@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import F, Q, Sum
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -114,7 +115,7 @@ class Health:
         }
 
 
-def _capped(ranges: list[str], order: str) -> RawSQL:
+def _capped(ranges: list[str], order: str, key: str = "") -> RawSQL:
     # As connector_glance's counts: sub-selects that each stop at CAP + 1 rows of one range of a
     # partial index (commands_connector_reason_idx for the failed ones: connector, skip reason,
     # outlook), summed; ``order`` is the index's own next column, so the planner walks that range
@@ -122,9 +123,13 @@ def _capped(ranges: list[str], order: str) -> RawSQL:
     # a page at 100,000 failed commands before). A "not this outlook" is two ranges, below and
     # above it. The states are literals so that SQLite can use the partial index; every value
     # here is a constant of this module, never input.
-    table = "commands_command"
+    table = "commands_command c"
+    if key == RESEND_PENDING and connection.vendor == "sqlite":
+        # A pending resend by its link's own partial index (a handful of rows in all): SQLite's
+        # planner would walk the connector's failed commands instead (PostgreSQL's takes it).
+        table += " INDEXED BY commands_resend_idx"
     counts = [
-        f"(SELECT COUNT(*) FROM (SELECT 1 FROM {table} c WHERE c.connector_id = commands_connector.id "
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE c.connector_id = commands_connector.id "
         f"AND {condition} ORDER BY {order} LIMIT {CAP + 1}) capped)"
         for condition in ranges
     ]
@@ -155,7 +160,7 @@ def _wait_ranges(key: str) -> list[str]:
 def waiting_annotations() -> dict[str, RawSQL]:
     to_go = f"c.state IN ('{State.APPROVED.value}', '{State.QUEUED.value}')"
     return {
-        "w_" + key.replace("-", "_"): _capped(_wait_ranges(key), "c.skip_reason, c.last_outlook")
+        "w_" + key.replace("-", "_"): _capped(_wait_ranges(key), "c.skip_reason, c.last_outlook", key)
         for key in WAIT_KEYS
     } | {"w_to_go": _capped([to_go], "c.connector_id")}
 
