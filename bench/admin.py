@@ -18,7 +18,7 @@ measures the server time of one render of the failed list's first page with the 
   capped at 100, its last error, its 24-hour success rate). Target ≤ 1.5.
 * ``payload_search_100k_vs_1k`` — the command list searched for a reference in the payload
   (``?q=R000517``: one match at either size, so both draw one row). Target ≤ 1.5 on PostgreSQL,
-  whose trigram index serves it; SQLite scans the newest 20,000 commands (``commands.search``), so
+  whose trigram index serves it; SQLite scans the newest 20,000 commands (``commands.staff.search``), so
   there it is reported.
 
 * ``connector_health_1k_vs_10`` — the connector list (its health columns: sends and success rate
@@ -220,7 +220,7 @@ def drop_connectors(ids: list[int]) -> None:
 
 def connector_health(client: Client, rounds: int, per_round: int, quick: bool) -> dict:
     """The figures of ``connector_health_1k_vs_10`` (see the module docstring)."""
-    from commands.admin import ConnectorAdmin
+    from commands.staff.admin_connectors import ConnectorAdmin
 
     large = 50 if quick else 1000
     attempts_each = 2 if quick else 10  # per command: 200 or 1,000 a connector

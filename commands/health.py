@@ -3,7 +3,7 @@
 Per connector: sends and success rate over the **last hour** (the current minute and the 59
 before it) and the **last day** (the current hour and the 23 before it, as the dashboard's
 chart), p50/p95 send time in each, the last error and when, consecutive failures, and its commands
-waiting by reason (``commands.explain``'s keys, each counted up to ``CAP``).
+waiting by reason (``commands.staff.explain``'s keys, each counted up to ``CAP``).
 
 **A summary table, not a GROUP BY over attempts, and not rolling counters.** Reading a day of
 attempts for a page of connectors costs what the attempts table holds (a million rows a day at
@@ -39,7 +39,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from ankusa_site.stock import stock
-from commands.health_models import (
+from commands.models.health import (
     BIN_FIELDS,
     BINS,
     HOUR,
@@ -58,7 +58,7 @@ UPSERT_ROWS = 400  # rows per statement: 21 parameters each stays under SQLite's
 
 
 def record(sent: Iterable) -> None:
-    """Add the recorder's finished sends (``commands.dispatch.Sent``) to the summary: call inside
+    """Add the recorder's finished sends (``commands.dispatch.sends.Sent``) to the summary: call inside
     the transaction that writes their attempt rows."""
     record_rows(
         (

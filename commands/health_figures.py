@@ -16,9 +16,8 @@ from django.db.models import F, Q, Sum
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from commands.explain import AFTER_FIX, AFTER_FIX_REASONS, NO_REASON, RESEND_PENDING, SKIP_REASONS
 from commands.health import windows
-from commands.health_models import (
+from commands.models.health import (
     BIN_FIELDS,
     BINS,
     HOUR,
@@ -28,9 +27,10 @@ from commands.health_models import (
     HealthBucket,
 )
 from commands.retry import SkipReason
+from commands.staff.explain import AFTER_FIX, AFTER_FIX_REASONS, NO_REASON, RESEND_PENDING, SKIP_REASONS
 from commands.states import State
 
-CAP = 100  # as commands.connector_glance: "more than 100" says what 4,000 would
+CAP = 100  # as commands.staff.connector_glance: "more than 100" says what 4,000 would
 TO_GO = "to-go"  # approved or queued: not sent yet (connector_glance's "waiting to go")
 # The keys waiting commands are counted under, in the failed list's filter order.
 WAIT_KEYS = (
@@ -137,7 +137,7 @@ def _capped(ranges: list[str], order: str, key: str = "") -> RawSQL:
 
 
 def _wait_ranges(key: str) -> list[str]:
-    """``commands.explain.waiting_for(key)`` for failed commands, as SQL conditions whose rows
+    """``commands.staff.explain.waiting_for(key)`` for failed commands, as SQL conditions whose rows
     add up to it, each one range of ``commands_connector_reason_idx``."""
     failed = f"c.state = '{State.FAILED.value}'"
     if key == RESEND_PENDING:

@@ -16,7 +16,7 @@ from django.conf import settings
 from prometheus_client.core import GaugeMetricFamily
 
 from commands import health_figures
-from commands.health_models import ConnectorHealth
+from commands.models.health import ConnectorHealth
 
 WINDOWS = (("1h", "hour"), ("24h", "day"))
 

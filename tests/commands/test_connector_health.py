@@ -19,11 +19,14 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from commands import adapters, dispatch, health, health_figures, retention
-from commands.explain import waiting_for
-from commands.health_models import HOUR, MINUTE, ConnectorHealth, HealthBucket
+from commands import health, health_figures, retention
+from commands.dispatch import adapters
+from commands.dispatch.outcomes import record_outcomes
+from commands.dispatch.sends import Sent
 from commands.models import Command
+from commands.models.health import HOUR, MINUTE, ConnectorHealth, HealthBucket
 from commands.retry import Outlook
+from commands.staff.explain import waiting_for
 from commands.states import State
 from tests.commands.staff import make_failed
 
@@ -31,7 +34,7 @@ NOW = datetime(2026, 12, 1, 12, 30, 30, tzinfo=UTC)
 LIST = reverse("admin:commands_connector_changelist")
 
 
-def sent(connector, finished: datetime, seconds: float, ok: bool, error: str = "HTTP 503") -> dispatch.Sent:
+def sent(connector, finished: datetime, seconds: float, ok: bool, error: str = "HTTP 503") -> Sent:
     """A finished send of a new dispatching command of ``connector``."""
     command = Command.objects.create(
         tenant=connector.tenant, connector=connector, state=State.DISPATCHING, attempts=1
@@ -43,11 +46,11 @@ def sent(connector, finished: datetime, seconds: float, ok: bool, error: str = "
             ok=False, outlook=Outlook.AGAIN, status=503, detail=error, error_class="HTTPStatus"
         )
     )
-    return dispatch.Sent(command, 1, finished - timedelta(seconds=seconds), finished, outcome)
+    return Sent(command, 1, finished - timedelta(seconds=seconds), finished, outcome)
 
 
-def record(*sends: dispatch.Sent) -> None:
-    dispatch.record_outcomes(list(sends), NOW)
+def record(*sends: Sent) -> None:
+    record_outcomes(list(sends), NOW)
 
 
 def known_sends(connector) -> None:
@@ -175,7 +178,7 @@ def test_concurrent_recorders_both_count(make_connector):
         start.wait()
         try:
             for _ in range(5):
-                dispatch.record_outcomes([sent(crm, NOW, 0.02, True) for _ in range(10)], NOW)
+                record_outcomes([sent(crm, NOW, 0.02, True) for _ in range(10)], NOW)
         finally:
             connections.close_all()
 
