@@ -7,7 +7,8 @@ business, never the client's), a connect and a read timeout and a hard deadline 
 synchronous door for one send from anywhere else (it waits for the loop).
 
 Each request carries ``Idempotency-Key: <command id>`` so a receiver can dedupe our retries, and
-the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``).
+the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``), and
+the Standard Webhooks signature when the connector signs (``commands.signing``).
 The connector's own headers go too, but never a framing or hop-by-hop one, one a send sets itself
 or the credential's (:func:`sent_headers`; refused when saved, left out for rows saved before).
 Every new connection goes only to an address ``commands.dispatch.adapters.egress`` allows, checked where it
@@ -40,6 +41,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from commands import signing
 from commands.dispatch.adapters import Outcome, egress
 from commands.retry import Outlook
 
@@ -64,7 +66,7 @@ BAD_HEADER_NAME = "a header name is not a valid HTTP header name"
 FRAMING_HEADERS = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade"}
 )
-DISPATCH_HEADERS = frozenset({"content-type", "idempotency-key"})
+DISPATCH_HEADERS = frozenset({"content-type", "idempotency-key"}) | signing.RESERVED_HEADERS
 
 
 def reserved_header_problem(name: str) -> str | None:

@@ -39,10 +39,12 @@ import os
 import socket
 import ssl
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from commands import signing
 from commands.dispatch.adapters import EXCERPT_CHARS, Outcome, egress
 from commands.dispatch.adapters.http import (
     DRAIN_LIMIT_BYTES,
@@ -210,6 +212,8 @@ async def send(command: Any) -> Outcome:
     headers["Idempotency-Key"] = str(command.pk)
     if connector.secret_header:
         headers[connector.secret_header] = connector.secret
+    body = json.dumps(command.payload, separators=(",", ":")).encode()
+    headers.update(signing.send_headers(command, body))  # Standard Webhooks, when it signs
     # A header that cannot be sent is refused before a byte goes out, naming the header only (a
     # client's own message would quote the value, and the outcome's detail is shown to the tenant).
     problem = next(header_problems(headers), None)
@@ -217,7 +221,6 @@ async def send(command: Any) -> Outcome:
         return Outcome(ok=False, outlook=Outlook.AFTER_FIX, detail=problem, error_class="Configuration")
     connect, read = send_timeouts(connector)
     timeout = aiohttp.ClientTimeout(total=connect + read, sock_connect=connect, sock_read=read)
-    body = json.dumps(command.payload, separators=(",", ":")).encode()
     try:
         async with session().request(
             connector.method,
@@ -226,7 +229,7 @@ async def send(command: Any) -> Outcome:
             headers=headers,
             timeout=timeout,
             allow_redirects=False,
-            ssl=tls_context() if connector.url.startswith("https:") else True,
+            ssl=tls_context() if connector.url.lower().startswith("https:") else True,
         ) as response:
             status = response.status
             retry_outlook = response.headers.get("Retry-Outlook")
@@ -245,3 +248,22 @@ async def send(command: Any) -> Outcome:
         error_class="HTTPStatus",
         excerpt=excerpt,
     )
+
+
+async def head(connector: Any) -> tuple[int, str | None]:
+    """A ``HEAD`` of the connector's URL through the same checked session (a held connector's
+    health probe: nothing is sent): its status and ``Retry-Outlook``. Raises what the request
+    raises, ``egress.DestinationRefused`` included (a literal address is checked here: no
+    resolver sees it)."""
+    problem = egress.known_problem(urlsplit(connector.url).hostname or "")
+    if problem is not None:
+        raise egress.DestinationRefused(problem)
+    connect, read = send_timeouts(connector)
+    async with session().head(
+        connector.url,
+        headers=sent_headers(connector),
+        timeout=aiohttp.ClientTimeout(total=connect + read, sock_connect=connect, sock_read=read),
+        allow_redirects=False,
+        ssl=tls_context() if connector.url.lower().startswith("https:") else True,
+    ) as response:
+        return response.status, response.headers.get("Retry-Outlook")
