@@ -3,7 +3,10 @@
 Every ``ANKUSA_DISPATCH_INTERVAL_S`` (30 s — the first retry backoff, so a retry never waits an
 extra round) it runs one round and prints a one-line summary. Between rounds it looks at the queue
 every ``ANKUSA_DISPATCH_POLL_S`` (1 s) and drains what waits there — the commands intake accepted
-and queued itself — printing a line for each drain that claimed something. Recovery (expired items,
+and queued itself — printing a line for each drain that claimed something. Between two looks it
+waits to be woken (``queues.wake``): a commit that queues work (PostgreSQL's NOTIFY, the Redis
+queue's wake list) starts the drain at once, and the poll only catches a lost wake. On SQLite
+nothing wakes it: it polls. Recovery (expired items,
 lost sends) runs on a timer of its own, every ``ANKUSA_DISPATCH_RECOVER_S``, and prints a line when
 it recovered something. ``--once`` runs one round, recovery included, and exits (for cron);
 ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no new item is claimed, the
@@ -37,6 +40,7 @@ from commands.dispatch import (
     retry_delay,
     run_round,
 )
+from queues.wake import wait_until
 
 logger = logging.getLogger("ankusa.commands.dispatch")
 
@@ -82,6 +86,7 @@ class Command(BaseCommand):
         queue is down) is tried again after a poll period, doubling up to ``RETRY_MAX_S``: the loop
         is back at work within seconds of the outage's end, not at the next round."""
         poll = min(settings.ANKUSA_DISPATCH_POLL_S, interval)
+        self.queue = dispatcher.queue  # what pause() waits on
         ended = threading.Event()  # the recovery timer's stop: set by a signal or the deadline
         recovery = threading.Thread(
             target=keep_recovering,
@@ -133,7 +138,12 @@ class Command(BaseCommand):
             recovery.join()
 
     def pause(self, stop: threading.Event, seconds: float) -> None:
-        stop.wait(seconds)
+        """Wait ``seconds``, or less: until the queue is woken (work was queued) or ``stop``."""
+        queue = getattr(self, "queue", None)
+        if queue is None:
+            stop.wait(seconds)
+        else:
+            wait_until(queue.wait_for_work, stop, seconds)
 
     def report_recovery(self, summary: RecoverSummary) -> None:
         self.stdout.write(f"dispatch recovery: {recovery_line(summary)}")
