@@ -43,7 +43,7 @@ from ankusa_site import metrics
 from ankusa_site.logs import log_event
 from ankusa_site.prepared import execute_prepared
 from ankusa_site.stock import stock
-from commands import adapters, heartbeat, retry, spool
+from commands import adapters, heartbeat, retry, spool, wake
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
 from queues.fifo import Item, ReliableFIFO, get_queue
@@ -103,6 +103,7 @@ def with_commit(queue: ReliableFIFO, write: Callable[[], object]) -> None:
 def enqueue_with_commit(queue: ReliableFIFO, payloads: list[dict]) -> None:
     if payloads:
         with_commit(queue, lambda: queue.enqueue(*payloads))
+        wake.after_enqueue()  # the queue wakes the loops itself; Celery is asked (commands.wake)
 
 
 def decide_for(row: dict, now: datetime) -> retry.Decision:

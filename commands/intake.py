@@ -44,7 +44,7 @@ from ankusa_site.logs import log_event
 from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail
 from ankusa_site.prepared import execute_prepared
 from ankusa_site.stock import stock
-from commands import dispatch
+from commands import dispatch, wake
 from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
 from limits import admission
@@ -441,6 +441,7 @@ def _store_in_one_statement(
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         write.sent = True
         rows, _ = execute_prepared(connection, sql, params)
+        wake.after_enqueue()  # the statement's NOTIFY wakes the loops; Celery is asked (commands.wake)
     ids = {connector: pk for kind, pk, connector in rows if kind == "command"}
     stored = [
         Stored(ids[connector_id], connector_id, fields["state"], now)

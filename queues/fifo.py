@@ -176,6 +176,7 @@ class ReliableFIFO(abc.ABC):
         """Wake the consumers waiting on this queue (``wait_for_work``), as a commit that enqueues
         does: inside a transaction of the database backend, on its commit. Nothing where the
         backend cannot wake (SQLite: consumers poll)."""
+        return None  # the default: nothing to wake, waiters poll
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until a wake for this queue arrives (True: work may be waiting) or ``timeout``

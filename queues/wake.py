@@ -109,8 +109,9 @@ class Listener:
                     pass
 
     def close(self) -> None:
+        """Stop the thread and close the connection (within a read slice)."""
         self.stopping.set()
-        self.thread.join(READ_SLICE_S * 3)
+        self.thread.join(READ_SLICE_S * 5)
 
 
 _listeners: dict[tuple[int, str], Listener] = {}

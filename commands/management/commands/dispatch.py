@@ -5,8 +5,9 @@ extra round) it runs one round and prints a one-line summary. Between rounds it 
 every ``ANKUSA_DISPATCH_POLL_S`` (1 s) and drains what waits there — the commands intake accepted
 and queued itself — printing a line for each drain that claimed something. Between two looks it
 waits to be woken (``queues.wake``): a commit that queues work (PostgreSQL's NOTIFY, the Redis
-queue's wake list) starts the drain at once, and the poll only catches a lost wake. On SQLite
-nothing wakes it: it polls. Recovery (expired items,
+queue's wake list) starts the drain at once, and the poll only catches a lost wake; a wake with
+nothing queued (a resend or an approval made commands due) brings the next round forward, once a
+poll period at most. On SQLite nothing wakes it: it polls. Recovery (expired items,
 lost sends) runs on a timer of its own, every ``ANKUSA_DISPATCH_RECOVER_S``, and prints a line when
 it recovered something. ``--once`` runs one round, recovery included, and exits (for cron);
 ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no new item is claimed, the
@@ -43,6 +44,8 @@ from commands.dispatch import (
 from queues.wake import wait_until
 
 logger = logging.getLogger("ankusa.commands.dispatch")
+# The shortest time between two rounds brought forward by wakes with nothing queued.
+EARLY_ROUND_GAP_S = 0.2
 
 
 class Command(BaseCommand):
@@ -101,6 +104,8 @@ class Command(BaseCommand):
         recovery.start()
         failures = 0
         next_round = self.clock()
+        woken = False  # the last pause ended with a wake
+        last_round = None  # when the last round started
         try:
             while not stop.is_set():
                 now = self.clock()
@@ -113,12 +118,21 @@ class Command(BaseCommand):
                 try:
                     if step == "round":
                         left = None if deadline is None else max(0.0, deadline - now)
+                        last_round = now
                         self.stdout.write(run_round(dispatcher, max_seconds=left, recovering=False).line())
                         next_round = self.clock() + interval
                     else:
                         drained = drain_waiting(dispatcher, max_seconds=max(0.0, until - now))
                         if drained is not None and drained.drained.claimed:
                             self.stdout.write(drained.line())
+                        if drained is None and woken:
+                            # Woken with nothing queued: commands became due (a resend, an
+                            # approval), so the next round (its sweep) comes forward: now, or
+                            # EARLY_ROUND_GAP_S after the last one (wakes for items another
+                            # dispatcher took first cost a sweep that often at most).
+                            gap = min(poll, EARLY_ROUND_GAP_S)
+                            soonest = now if last_round is None else max(now, last_round + gap)
+                            next_round = min(next_round, soonest)
                     failures = 0
                     pause = min(poll, next_round - self.clock())  # a round due starts at once
                 except Exception as exc:
@@ -132,18 +146,19 @@ class Command(BaseCommand):
                         logger.warning("dispatch %s failed again (%s); retrying in %g s", step, exc, pause)
                 if deadline is not None:
                     pause = min(pause, deadline - self.clock())
-                self.pause(stop, max(0.0, pause))
+                woken = bool(self.pause(stop, max(0.0, pause)))
         finally:
             ended.set()
             recovery.join()
 
-    def pause(self, stop: threading.Event, seconds: float) -> None:
-        """Wait ``seconds``, or less: until the queue is woken (work was queued) or ``stop``."""
+    def pause(self, stop: threading.Event, seconds: float) -> bool:
+        """Wait ``seconds``, or less: until the queue is woken (True: work was queued, or commands
+        made due) or ``stop``."""
         queue = getattr(self, "queue", None)
         if queue is None:
             stop.wait(seconds)
-        else:
-            wait_until(queue.wait_for_work, stop, seconds)
+            return False
+        return wait_until(queue.wait_for_work, stop, seconds)
 
     def report_recovery(self, summary: RecoverSummary) -> None:
         self.stdout.write(f"dispatch recovery: {recovery_line(summary)}")
