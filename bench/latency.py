@@ -200,6 +200,15 @@ def celery_hops(env: dict, n: int, log_dir: Path) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short phases (a smoke test, not a measurement)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="webhooks/s of the loaded phase (default: half the throughput)",
+    )
+    parser.add_argument(
+        "--queues", default="database,redis", help="the queue backends to run, in order (default: both)"
+    )
     args = parser.parse_args()
     idle_n, burst_n, load_s, hops_n = (8, 300, 2.0, 8) if args.quick else (40, 3000, 15.0, 40)
 
@@ -238,13 +247,14 @@ def main() -> None:
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
         hop_p50 = statistics.median(celery_hops(env, hops_n, log_dir))
-        for backend in ("database", "redis"):
+        for backend in args.queues.split(","):
             run = Run(backend, env, sink, log_dir)
             try:
                 run.idle(5)  # warm-up: connections, caches, prepared statements
                 idle = run.idle(idle_n)
                 per_s = run.throughput(connector, burst_n)
-                loaded, achieved = run.load(per_s / 2, load_s)
+                offered = args.rate or per_s / 2
+                loaded, achieved = run.load(offered, load_s)
             finally:
                 run.stop()
             result = {
@@ -255,7 +265,7 @@ def main() -> None:
                 "celery_hop_p50_ms": ms(hop_p50),
                 "e2e_vs_celery_hop_p50": round(statistics.median(idle) / hop_p50, 2),
                 "dispatch_per_s": round(per_s, 1),
-                "offered_per_s": round(per_s / 2, 1),
+                "offered_per_s": round(offered, 1),
                 "achieved_per_s": round(achieved, 1),
                 "idle_n": len(idle),
                 "half_load_n": len(loaded),
@@ -269,9 +279,10 @@ def main() -> None:
         connection.close()
         teardown_databases(old_config, verbosity=0)
     figures["quick"] = args.quick
+    redis_figures = figures.get("redis_queue", {})
     print(f"{'measure':<30}{'database':>12}{'redis':>12}")
-    for key in [k for k in figures if k not in ("redis_queue", "quick")]:
-        print(f"{key:<30}{figures[key]:>12}{figures['redis_queue'][key]:>12}")
+    for key in [k for k in (*figures, *redis_figures) if k not in ("redis_queue", "quick")]:
+        print(f"{key:<30}{figures.get(key, '-'):>12}{redis_figures.get(key, '-'):>12}")
     print(json.dumps(figures))
 
 

@@ -180,9 +180,12 @@ class ReliableFIFO(abc.ABC):
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until a wake for this queue arrives (True: work may be waiting) or ``timeout``
-        seconds pass (False). Where the backend cannot wake, sleeps out the timeout: the caller's
-        poll is the safety net either way."""
-        time.sleep(max(timeout, 0.0))
+        seconds pass (False). A timeout of 0 is a look: whether a wake arrived since the last
+        wait, without waiting (and, on PostgreSQL, False while this process listens to nothing).
+        Where the backend cannot wake, sleeps out the timeout: the caller's poll is the safety
+        net either way."""
+        if timeout > 0:
+            time.sleep(timeout)
         return False
 
     # --- recovery and the failed list ---------------------------------------------------------------

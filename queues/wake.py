@@ -131,6 +131,13 @@ def listener(alias: str) -> Listener:
         return found
 
 
+def listening(alias: str) -> bool:
+    """Whether this process has a listener for ``alias`` already."""
+    import os
+
+    return (os.getpid(), alias) in _listeners
+
+
 def close_listeners() -> None:
     """Stop this process's listeners (tests; a process that ends needs not)."""
     with _listeners_lock:

@@ -252,6 +252,8 @@ class DatabaseFIFO(ReliableFIFO):
     def wait_for_work(self, timeout: float) -> bool:
         if connections[self.using].vendor != "postgresql":
             return super().wait_for_work(timeout)
+        if timeout <= 0 and not wake.listening(self.using):
+            return False  # a look: no listener (and connection) started for it
         return wake.listener(self.using).wait(self.name, timeout)
 
     # --- consumers ----------------------------------------------------------------------------------

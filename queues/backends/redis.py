@@ -538,6 +538,8 @@ class RedisFIFO(ReliableFIFO):
         transaction.on_commit(self._wake_now)
 
     def wait_for_work(self, timeout: float) -> bool:
+        if timeout <= 0:  # a look
+            return self.redis.lpop(self.wake_key) is not None
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
