@@ -82,12 +82,13 @@ class Run:
         self.sink = sink
         self.env = {**env, "ANKUSA_QUEUE_BACKEND": backend}
         self.node = Node(self.env, log_dir / f"gunicorn-{backend}.log", workers=2, threads=8)
+        self.dispatch_log = open(log_dir / f"dispatch-{backend}.log", "wb")  # its drain lines
         self.dispatcher = subprocess.Popen(
             [sys.executable, "manage.py", "dispatch"],
             cwd=BASE_DIR,
             env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=self.dispatch_log,
+            stderr=subprocess.DEVNULL,  # a log line per send
         )
         self.sent = 0
         self.lock = threading.Lock()
@@ -134,6 +135,14 @@ class Run:
         started = time.time()
         dispatch.sweep()
         times = self.latencies(dict.fromkeys((command.pk for command in made), started), timeout=300)
+        # Recorded too, so the next phase starts on an idle dispatcher.
+        wait_for(
+            lambda: (
+                not Command.objects.filter(pk__in=[c.pk for c in made]).exclude(state="succeeded").exists()
+            ),
+            timeout=300,
+            what="the burst's outcomes to be recorded",
+        )
         return n / max(times)
 
     def load(self, per_s: float, seconds: float, threads: int = 16) -> tuple[list[float], float]:
@@ -166,6 +175,7 @@ class Run:
     def stop(self) -> None:
         self.dispatcher.terminate()
         self.dispatcher.wait(timeout=60)
+        self.dispatch_log.close()
         self.node.stop()
 
 

@@ -1226,10 +1226,14 @@ class Dispatcher:
                     continue
             # The queue looked empty. A drain keeps claiming while work is queued: a wake since
             # (queues.wake; a look, never a wait) sends it back to claim, rather than end the drain
-            # and leave the new work for the loop's next one.
+            # and leave the new work for the loop's next one — also while the recorder is still
+            # writing outcomes (under load it lags the sends by seconds; waiting for it without
+            # claiming is where commands queued meanwhile waited seconds, issue 23). A recorder
+            # that fails (the database is down) is left to take_results' patience below.
+            recording = senders.recorder.unsettled and not senders.recorder.failures
             if self.queue.wait_for_work(0):
                 exhausted = False
-            elif idle:
+            elif idle and not recording:
                 break
             else:
                 with senders.lock:

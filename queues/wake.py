@@ -60,7 +60,11 @@ class Listener:
         with self.lock:
             event = self.events[queue]
         woken = event.wait(max(timeout, 0.0))
-        event.clear()  # a wake arriving meanwhile stands for work the caller's next look finds
+        if woken:
+            # Taken. (Cleared only when set: clearing after a timeout would drop a wake that came
+            # just then. One that comes between the wait and this line stands for work committed
+            # before it, which the caller's next look finds.)
+            event.clear()
         return woken
 
     def _connect(self):
