@@ -34,6 +34,7 @@ from django.db import close_old_connections
 from ankusa_site.management.arguments import seconds
 from commands.dispatch import (
     Dispatcher,
+    PollSummary,
     RecoverSummary,
     drain_waiting,
     keep_recovering,
@@ -122,10 +123,16 @@ class Command(BaseCommand):
                         self.stdout.write(run_round(dispatcher, max_seconds=left, recovering=False).line())
                         next_round = self.clock() + interval
                     else:
-                        drained = drain_waiting(dispatcher, max_seconds=max(0.0, until - now))
+                        left = max(0.0, until - now)
+                        # Woken: work was just queued, so no look at the queue's head first.
+                        drained = (
+                            drain_now(dispatcher, left)
+                            if woken
+                            else drain_waiting(dispatcher, max_seconds=left)
+                        )
                         if drained is not None and drained.drained.claimed:
                             self.stdout.write(drained.line())
-                        if drained is None and woken:
+                        if woken and (drained is None or not drained.drained.claimed):
                             # Woken with nothing queued: commands became due (a resend, an
                             # approval), so the next round (its sweep) comes forward: now, or
                             # EARLY_ROUND_GAP_S after the last one (wakes for items another
@@ -171,3 +178,10 @@ class Command(BaseCommand):
             signal.signal(signum, signal.SIG_DFL)  # the same signal again ends it at once
 
         return {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+def drain_now(dispatcher: Dispatcher, max_seconds: float) -> PollSummary:
+    """A drain without the look at the queue's head that :func:`drain_waiting` makes first."""
+    started = time.monotonic()
+    drained = dispatcher.drain(max_seconds=max_seconds)
+    return PollSummary(drained, time.monotonic() - started)
