@@ -85,7 +85,7 @@ class Listener:
     def _run(self) -> None:
         while not self.stopping.is_set():
             try:
-                self.conn = self._connect()
+                self.conn = conn = self._connect()
             except Exception as exc:  # the database is down: waiters poll meanwhile
                 self.failures += 1
                 if self.failures == 1:
@@ -98,7 +98,7 @@ class Listener:
             self._wake_all()  # whatever was sent while it was not listening: the waiters look
             try:
                 while not self.stopping.is_set():
-                    for notify in self.conn.notifies(timeout=READ_SLICE_S):
+                    for notify in conn.notifies(timeout=READ_SLICE_S):
                         with self.lock:
                             event = self.events[notify.payload]
                         event.set()
@@ -108,7 +108,7 @@ class Listener:
             finally:
                 self.connected.clear()
                 try:
-                    self.conn.close()
+                    conn.close()
                 except Exception:  # noqa: BLE001 - already broken
                     pass
 
