@@ -18,7 +18,8 @@ consumer keeps polling as the safety net: a lost wake costs at most the poll int
 
 Not guaranteed: that every wake arrives (a listener reconnecting after a database restart misses
 what was sent meanwhile, and reports a wake once it is back, so waiters look); that a wake means
-work (another consumer may have claimed it first); which of several Redis waiters wakes.
+work (another consumer may have claimed it first, or it is the wake a reconnected listener gives
+its waiters); which of several Redis waiters wakes.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class Listener:
         self.stopping = threading.Event()
         self.conn = None
         self.failures = 0
+        self.connected_once = False  # a first connection missed nothing: nobody listened before
         self.thread = threading.Thread(target=self._run, name=f"wake-{alias}", daemon=True)
         self.thread.start()
 
@@ -94,8 +96,10 @@ class Listener:
                 self.stopping.wait(pause)
                 continue
             self.failures = 0
+            if self.connected_once:
+                self._wake_all()  # whatever was sent while it was away: the waiters look
+            self.connected_once = True
             self.connected.set()
-            self._wake_all()  # whatever was sent while it was not listening: the waiters look
             try:
                 while not self.stopping.is_set():
                     for notify in conn.notifies(timeout=READ_SLICE_S):
