@@ -1,6 +1,7 @@
 """The dispatch loop is woken, not left to its poll (``queues.wake``, ``commands.wake``): a command
 queued, a connector saved, a resend — each goes within far less than the poll period, with the
-loop in a thread and as a real ``manage.py dispatch`` process; a lost wake waits for the poll."""
+loop in a thread and as a real ``manage.py dispatch`` process, and a Celery worker asked on commit;
+a lost wake waits for the poll."""
 
 from __future__ import annotations
 
@@ -164,3 +165,27 @@ def test_a_lost_wake_is_caught_by_the_poll(postgres, make_connector, make_comman
         sent_within(command, 2.0 + WAKE_BOUND_S)  # the poll found it
     finally:
         process.close()
+
+
+def test_under_celery_a_commit_that_queues_or_resends_asks_a_worker_at_once(
+    make_connector, make_command, redis_client, service_env, settings
+):
+    from tests.commands.test_processes import celery_worker, stop
+
+    settings.ANKUSA_DISPATCH_CELERY_WAKE = True
+    get_queue(dispatch.QUEUE_NAME).flush()
+    # No beat: only the ask made on commit can start a drain.
+    worker = celery_worker({**service_env, "ANKUSA_DISPATCH_CELERY_WAKE": "1"})
+    try:
+        connector = make_connector(kind="log", idempotent=True)
+        queued = make_command(connector)
+        dispatch.sweep()  # queued and committed: poll asked for on commit
+        wait_for(lambda: Command.objects.get(pk=queued.pk).state == State.SUCCEEDED, timeout=60)
+        resent = make_command(connector, state=State.FAILED, attempts=1, last_outlook=Outlook.AGAIN)
+        actions.perform(
+            "resend", Command.objects.filter(pk=resent.pk), user=staff_user("operator"), via="api"
+        )
+        wait_for(lambda: Command.objects.get(pk=resent.pk).state == State.SUCCEEDED, timeout=60)
+    finally:
+        output = stop(worker)
+    assert "Task commands.poll[" in output
