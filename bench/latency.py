@@ -54,7 +54,7 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
-from commands import dispatch  # noqa: E402
+from commands.dispatch.sweep import sweep  # noqa: E402
 from commands.models import Command, Connector, Source  # noqa: E402
 from limits.models import Tenant  # noqa: E402
 from tests.commands.conftest import HOOK_SECRET  # noqa: E402
@@ -134,7 +134,7 @@ class Run:
         )
         settings.ANKUSA_QUEUE_BACKEND = self.backend  # this process's sweep queues where they look
         started = time.time()
-        dispatch.sweep()
+        sweep()
         ids = [command.pk for command in made]
         wait_for(
             lambda: not Command.objects.filter(pk__gte=min(ids)).exclude(state="succeeded").exists(),

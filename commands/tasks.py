@@ -22,7 +22,11 @@ from django.core.cache import caches
 from django.db import transaction
 from redis.exceptions import LockNotOwnedError
 
-from commands import dispatch, heartbeat, retention
+from commands import retention
+from commands.dispatch import heartbeat, recovery
+from commands.dispatch import sweep as sweeping
+from commands.dispatch.dispatcher import Dispatcher, items_waiting
+from commands.lifecycle import commands_queue
 
 
 def consume_after_commit() -> None:
@@ -57,7 +61,7 @@ def _ask_poll() -> None:
 @shared_task(name="commands.sweep")
 def sweep() -> dict:
     heartbeat.beat("celery")  # once per beat interval: the dashboard's "is the loop alive"
-    summary = dispatch.sweep()
+    summary = sweeping.sweep()
     if summary.taken:
         consume_after_commit()
     return {"taken": summary.taken, "skipped": dict(summary.skipped)}
@@ -79,14 +83,14 @@ POLL_LOCK_TTL_S = 3.0
 @shared_task(name="commands.consume")
 def consume() -> dict:
     # An empty queue (a sweep's items taken by another worker already) costs a read, not a dispatcher.
-    if not dispatch.items_waiting(dispatch.commands_queue()):
+    if not items_waiting(commands_queue()):
         return NOTHING
     return _drain()
 
 
 def _drain() -> dict:
     # One interval at most, so a long backlog is shared between workers and beat's next round.
-    with dispatch.Dispatcher() as dispatcher:
+    with Dispatcher() as dispatcher:
         summary = dispatcher.drain(max_seconds=settings.ANKUSA_DISPATCH_INTERVAL_S)
     return {"claimed": summary.claimed, "results": dict(summary.results)}
 
@@ -126,9 +130,9 @@ def poll(sweep: bool = False) -> dict:
     others for seconds. ``sweep``: asked by a wake (``wake_after_commit``), which may mean commands
     made due rather than queued: a sweep first when nothing waits. A poll that ends its drain with
     work still waiting asks for the next one as it releases the lock."""
-    if sweep and not dispatch.items_waiting(dispatch.commands_queue()):
-        dispatch.sweep()
-    if not dispatch.items_waiting(dispatch.commands_queue()):
+    if sweep and not items_waiting(commands_queue()):
+        sweeping.sweep()
+    if not items_waiting(commands_queue()):
         return NOTHING
     # redis-py's lock, through django-redis: released only by the poll that holds it (a token),
     # kept where the renewing thread sees it too (not thread-local).
@@ -151,13 +155,13 @@ def poll(sweep: bool = False) -> dict:
         # A wake that met the lock while this drain ended was turned away: the released lock asks
         # again if work waits, rather than leave it to beat's next poll.
         with contextlib.suppress(Exception):
-            if settings.ANKUSA_DISPATCH_CELERY_WAKE and dispatch.items_waiting(dispatch.commands_queue()):
+            if settings.ANKUSA_DISPATCH_CELERY_WAKE and items_waiting(commands_queue()):
                 poll.delay()
 
 
 @shared_task(name="commands.recover")
 def recover() -> dict:
-    summary = dispatch.recover()
+    summary = recovery.recover()
     if summary.items_requeued or summary.lost_requeued:
         consume_after_commit()
     return {

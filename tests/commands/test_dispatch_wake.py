@@ -15,10 +15,12 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from commands import actions, dispatch
+from commands.dispatch.sweep import sweep
+from commands.lifecycle import QUEUE_NAME
 from commands.management.commands.dispatch import Command as DispatchCommand
 from commands.models import Command
 from commands.retry import Outlook
+from commands.staff import actions
 from commands.states import State
 from queues import wake
 from queues.fifo import get_queue
@@ -40,7 +42,7 @@ def backend(request, settings):
     else:
         request.getfixturevalue("django_redis")
     settings.ANKUSA_QUEUE_BACKEND = request.param
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
     yield request.param
     wake.close_listeners()
 
@@ -117,7 +119,7 @@ def sent_within(command: Command, bound: float) -> float:
 
 def test_a_queued_command_is_sent_at_once_not_at_the_next_poll(loop, make_connector, make_command):
     command = make_command(make_connector(kind="log"))
-    dispatch.sweep()  # queued and committed: the commit wakes the loop
+    sweep()  # queued and committed: the commit wakes the loop
     assert sent_within(command, WAKE_BOUND_S) < WAKE_BOUND_S
 
 
@@ -143,23 +145,23 @@ def test_a_resend_is_sent_at_once(loop, make_connector, make_command):
 def test_a_rolled_back_enqueue_wakes_no_loop_and_sends_nothing(loop, backend, make_connector, make_command):
     command = make_command(make_connector(kind="log"))
     with pytest.raises(RuntimeError), transaction.atomic():
-        dispatch.sweep()
+        sweep()
         raise RuntimeError("rolled back")
     time.sleep(1.0)
     assert Command.objects.get(pk=command.pk).state == State.APPROVED
-    assert get_queue(dispatch.QUEUE_NAME).length() == 0
+    assert get_queue(QUEUE_NAME).length() == 0
 
 
 def test_a_lost_wake_is_caught_by_the_poll(postgres, make_connector, make_command, service_env, settings):
     settings.ANKUSA_QUEUE_BACKEND = "database"
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
     process = LoopProcess(service_env, "database", poll=2.0)
     try:
         command = make_command(make_connector(kind="log"))
         with transaction.atomic(), connection.cursor() as cursor:
             # Triggers off for this transaction only: its enqueue sends no NOTIFY (a lost wake).
             cursor.execute("SET LOCAL session_replication_role = replica")
-            dispatch.sweep()
+            sweep()
         time.sleep(0.5)
         assert Command.objects.get(pk=command.pk).state == State.QUEUED  # nothing woke the loop
         sent_within(command, 2.0 + WAKE_BOUND_S)  # the poll found it
@@ -173,13 +175,13 @@ def test_under_celery_a_commit_that_queues_or_resends_asks_a_worker_at_once(
     from tests.commands.test_processes import celery_worker, stop
 
     settings.ANKUSA_DISPATCH_CELERY_WAKE = True
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
     # No beat: only the ask made on commit can start a drain.
     worker = celery_worker({**service_env, "ANKUSA_DISPATCH_CELERY_WAKE": "1"})
     try:
         connector = make_connector(kind="log", idempotent=True)
         queued = make_command(connector)
-        dispatch.sweep()  # queued and committed: poll asked for on commit
+        sweep()  # queued and committed: poll asked for on commit
         wait_for(lambda: Command.objects.get(pk=queued.pk).state == State.SUCCEEDED, timeout=60)
         resent = make_command(connector, state=State.FAILED, attempts=1, last_outlook=Outlook.AGAIN)
         actions.perform(

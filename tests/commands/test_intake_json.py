@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from commands.intake import MAX_JSON_DEPTH, Refusal, parse_json
+from commands.intake.http import MAX_JSON_DEPTH, Refusal, parse_json
 
 
 def refused(body: bytes) -> str | None:
