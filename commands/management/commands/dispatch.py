@@ -36,7 +36,7 @@ from commands.dispatch.dispatcher import Dispatcher, PollSummary, drain_waiting
 from commands.dispatch.recovery import RecoverSummary, recovery_line
 from commands.dispatch.rounds import keep_recovering, run_round
 from commands.dispatch.timing import retry_delay
-from queues.wake import wait_until
+from queues.wake import close_listeners, wait_until
 
 logger = logging.getLogger("ankusa.commands.dispatch")
 # The shortest time between two rounds brought forward by wakes with nothing queued.
@@ -75,7 +75,10 @@ class Command(BaseCommand):
                 close_old_connections()
                 self.stdout.write(run_round(dispatcher, max_seconds=max_seconds).line())
             else:
-                self.loop(dispatcher, stop, interval, deadline)
+                try:
+                    self.loop(dispatcher, stop, interval, deadline)
+                finally:
+                    close_listeners()  # its wake connection, for a caller in the same process
         self.stdout.write("dispatch stopped")
 
     def loop(self, dispatcher: Dispatcher, stop: threading.Event, interval: float, deadline) -> None:
