@@ -103,6 +103,11 @@ DISPATCH_ROUND = Histogram(
     "Duration of one dispatch loop round.",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
 )
+CONNECTOR_HOLDS = Counter(
+    "ankusa_connector_holds_total",
+    "Outage holds of connectors: held (tripped by failures) and released (by a successful send).",
+    ["event"],
+)
 
 
 @functools.cache
@@ -121,7 +126,7 @@ class StateCollector:
     """Commands by state and skip reason, queue lengths and ages: read from the source at scrape."""
 
     def collect(self):
-        from commands.models import Command
+        from commands.models import Command, Connector
         from queues.actions import overview
 
         by_state = GaugeMetricFamily("ankusa_commands", "Commands by state.", labels=["state"])
@@ -136,6 +141,13 @@ class StateCollector:
         for row in held.annotate(n=Count("id")):
             waiting.add_metric([row["state"], row["skip_reason"]], row["n"])
         yield waiting
+
+        stopped = GaugeMetricFamily(
+            "ankusa_connectors_stopped", "Connectors that send nothing now, by why.", labels=["why"]
+        )
+        stopped.add_metric(["paused"], Connector.objects.filter(paused_at__isnull=False).count())
+        stopped.add_metric(["held"], Connector.objects.filter(held_since__isnull=False).count())
+        yield stopped
 
         length = GaugeMetricFamily(
             "ankusa_queue_length", "Items per sub-queue.", labels=["queue", "backend", "kind"]

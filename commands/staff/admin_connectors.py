@@ -6,7 +6,8 @@ all (Django would print a read-only field's value). A source's signing secrets l
 is added to the front of the list, old ones are removed by ticking them (each shown only by
 position and a fingerprint keyed with the site's secret key), and the verifier is checked when
 saved. The connector list shows each connector at a glance (``commands.staff.connector_glance``);
-a connector or source in use cannot be deleted.
+a connector or source in use cannot be deleted. A connector's page also sends a test and keeps
+its signing secrets (``commands.staff.admin_connector_tools``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from commands.models import (
     Source,
 )
 from commands.staff import connector_glance
+from commands.staff.admin_connector_tools import ConnectorTools
+from commands.staff.admin_pause import PauseActions
 from commands.staff.command_page import moment
 
 SECRET_FIELDS = ["secret", "clear_secret"]
@@ -161,7 +164,7 @@ class ConnectorForm(forms.ModelForm):
 
 
 @admin.register(Connector)
-class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
+class ConnectorAdmin(ConnectorTools, PauseActions, DeletableWhileUnused, ConnectorGlance, ModelAdmin):
     """Connectors, each with how it has been doing (``connector_glance``): a few annotations and one
     query per page, whatever the number of commands."""
 
@@ -173,6 +176,7 @@ class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
         "short_url",
         "enabled",
         "idempotent",
+        "sending",
         "secret_set",
         "success_rate",
         "failing_link",
@@ -180,18 +184,21 @@ class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
         "last_error_link",
     ]
     list_filter = ["kind", "enabled", "idempotent"]
-    list_select_related = ["tenant"]
+    list_select_related = ["tenant", "paused_by"]
     search_fields = ["name", "url", "tenant__slug"]
     autocomplete_fields = ["tenant"]
-    readonly_fields = ["secret_set", "problems", "glance", "updated_at"]
+    readonly_fields = ["secret_set", "problems", "glance", "sending", "updated_at"]
     fieldsets = [
-        (None, {"fields": ["tenant", "name", "kind", "enabled", "idempotent", "problems", "glance"]}),
+        (
+            None,
+            {"fields": ["tenant", "name", "kind", "enabled", "idempotent", "sending", "problems", "glance"]},
+        ),
         (
             "HTTP",
             {"fields": ["url", "method", "headers", "connect_timeout_s", "read_timeout_s", "status_map"]},
         ),
         ("Credential", {"fields": ["secret_header", "secret_set", "secret", "clear_secret"]}),
-        ("Pacing, per dispatch process", {"fields": ["max_in_flight", "max_per_s"]}),
+        ("Pacing, per dispatch process", {"fields": ["max_in_flight", "max_per_s", "hold_after_failures"]}),
         (None, {"fields": ["updated_at"]}),
     ]
 
