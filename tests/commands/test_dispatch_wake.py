@@ -191,3 +191,16 @@ def test_under_celery_a_commit_that_queues_or_resends_asks_a_worker_at_once(
     finally:
         output = stop(worker)
     assert "Task commands.poll[" in output
+
+
+def test_a_resumed_connector_sends_its_waiting_commands_at_once(loop, make_connector, make_command):
+    from commands.staff import pausing
+
+    connector = make_connector(kind="log", idempotent=True)
+    pausing.pause(connector, user=staff_user("operator"), via="api", reason="receiver migrating")
+    command = make_command(connector)
+    sweep()  # the pause keeps it waiting
+    time.sleep(0.5)
+    assert Command.objects.get(pk=command.pk).state == State.APPROVED
+    pausing.resume(connector, user=staff_user("admin"), via="api")  # released: wakes the loop
+    assert sent_within(command, WAKE_BOUND_S) < WAKE_BOUND_S
