@@ -2,7 +2,8 @@
 
 A commit that queues items wakes the ``manage.py dispatch`` loops by itself (the queue's own wake:
 PostgreSQL's NOTIFY, the Redis wake list). Two things need asking for here: a change that makes
-commands due without queueing them (a resend, an approval) wakes the queue by hand, and a loop
+commands due without queueing them (a resend, an approval, a released hold or a resumed
+connector: ``commands.dispatch.hold.wake``) wakes the queue by hand, and a loop
 woken with nothing queued sweeps; and with ``ANKUSA_DISPATCH_CELERY_WAKE`` every such commit asks
 a Celery worker for the poll task, on commit (``commands.tasks.wake_after_commit``).
 
