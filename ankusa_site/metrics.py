@@ -18,8 +18,9 @@ from loopback too. Behind a reverse proxy on the same host every request comes f
 proxy refuses a scrape of ``/metrics`` without that header (deploy/nginx/ankusa.conf).
 
 What it does not do: keep counters across a node restart (Prometheus' ``rate()`` handles resets),
-or label anything with a tenant or command id (unbounded label values would grow the scrape
-without end).
+or label anything with a command id, or a tenant or connector beyond a fixed number of them
+(``commands.health_metrics``: the ``ANKUSA_METRICS_CONNECTORS`` failing longest), since unbounded
+label values would grow the scrape without end.
 """
 
 from __future__ import annotations
@@ -170,6 +171,10 @@ class StateCollector:
                 length.add_metric(labels, row[kind]["length"])
                 age.add_metric(labels, row[kind]["age_s"] or 0)
         yield from (length, age, up)
+
+        from commands.health_metrics import collect as connector_health  # per connector, bounded
+
+        yield from connector_health()
 
 
 class _Scrape:

@@ -356,6 +356,9 @@ ANKUSA_RETAIN_AUDIT_DAYS = env_int("ANKUSA_RETAIN_AUDIT_DAYS", 365, minimum=1)
 
 # /metrics answers loopback, and anyone presenting this token as "Authorization: Bearer <token>".
 ANKUSA_METRICS_TOKEN = env_str("ANKUSA_METRICS_TOKEN", "")
+# Per-connector health series (commands.health_metrics) for at most this many connectors, those
+# failing the longest run first: a bound on the scrape's size whatever the number of connectors.
+ANKUSA_METRICS_CONNECTORS = env_int("ANKUSA_METRICS_CONNECTORS", 100, minimum=0, maximum=10_000)
 
 # --- logs ---------------------------------------------------------------------------------------
 

@@ -95,3 +95,4 @@ __all__ = [
     "validate_headers",
     "validate_status_map",
 ]
+from commands.models.health import ConnectorHealth, HealthBucket  # noqa: E402, F401

@@ -15,6 +15,7 @@ from ankusa_site.api import (
 from commands.models import Connector, Source
 from commands.staff import api_pause
 from commands.staff.api_base import MAX_ID, Editable, Owned, TenantFilterSet, editable_schema
+from commands.staff.health_api import HealthActions
 
 
 class SourceFilter(TenantFilterSet):
@@ -68,7 +69,7 @@ class ConnectorSerializer(Owned):
 
 
 @editable_schema(ConnectorSerializer)
-class ConnectorViewSet(api_pause.PauseActions, Editable):
+class ConnectorViewSet(api_pause.PauseActions, HealthActions, Editable):  # + /health/ (commands.staff.health_api)
     serializer_class = ConnectorSerializer
     permission_model = "commands.connector"
     action_permissions = api_pause.PERMISSIONS

@@ -23,6 +23,8 @@ MATRIX = [
     ("GET", "/api/v1/sources/{a_source}/", None, A_ROW),
     ("GET", "/api/v1/connectors/", None, TENANT_LIST),
     ("GET", "/api/v1/connectors/{a_connector}/", None, A_ROW),
+    ("GET", "/api/v1/connectors/health/", None, TENANT_LIST),
+    ("GET", "/api/v1/connectors/{a_connector}/health/", None, A_ROW),
     ("GET", "/api/v1/commands/", None, TENANT_LIST),
     ("GET", "/api/v1/commands/?state=failed&skip_reason=never", None, TENANT_LIST),
     ("GET", "/api/v1/commands/{a_command}/", None, A_ROW),
