@@ -320,6 +320,9 @@ ANKUSA_BODY_TIMEOUT_S = env_float("ANKUSA_BODY_TIMEOUT_S", 10.0, minimum=0.01, m
 # --- Celery (optional: `manage.py dispatch` needs none of it) ------------------------------------
 
 CELERY_BROKER_URL = env_redis_url("CELERY_BROKER_URL", REDIS_URL)
+# The site dispatches with Celery workers: a commit that queues commands (or makes them due) asks
+# for the poll task on commit, so a worker drains at once instead of at beat's next poll.
+ANKUSA_DISPATCH_CELERY_WAKE = env_bool("ANKUSA_DISPATCH_CELERY_WAKE", False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"

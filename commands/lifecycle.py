@@ -15,7 +15,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from commands import retry
+from commands import retry, wake
 from commands.states import State, dispatchable
 from queues.fifo import ReliableFIFO, get_queue
 
@@ -49,6 +49,7 @@ def with_commit(queue: ReliableFIFO, write: Callable[[], object]) -> None:
 def enqueue_with_commit(queue: ReliableFIFO, payloads: list[dict]) -> None:
     if payloads:
         with_commit(queue, lambda: queue.enqueue(*payloads))
+        wake.after_enqueue()  # the queue wakes the loops itself; Celery is asked (commands.wake)
 
 
 def decide_for(row: dict, now: datetime) -> retry.Decision:

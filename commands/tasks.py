@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 
 from celery import shared_task
 from django.conf import settings
@@ -31,6 +32,30 @@ from commands.lifecycle import commands_queue
 def consume_after_commit() -> None:
     """Ask a worker to drain the queue once the current transaction (if any) has committed."""
     transaction.on_commit(consume.delay)
+
+
+# A process asks for at most one poll in this time: under load one drain serves many commits (it
+# keeps claiming while work is queued), and beat's poll catches what an ask skipped.
+WAKE_EVERY_S = 0.05
+_last_wake = [0.0]
+
+
+def wake_after_commit() -> None:
+    """With ``ANKUSA_DISPATCH_CELERY_WAKE``: once the current transaction commits, ask a worker
+    for the poll (one drain at a time, fleet-wide): work was queued, or commands made due."""
+    if settings.ANKUSA_DISPATCH_CELERY_WAKE:
+        transaction.on_commit(_ask_poll)
+
+
+def _ask_poll() -> None:
+    now = time.monotonic()
+    if now - _last_wake[0] < WAKE_EVERY_S:
+        return
+    _last_wake[0] = now
+    try:
+        poll.delay(sweep=True)
+    except Exception as exc:  # the broker is down: beat's poll is the safety net
+        logger.warning("dispatch wake: the poll could not be asked for (%s)", exc)
 
 
 @shared_task(name="commands.sweep")
@@ -96,13 +121,17 @@ def renewed(lock, every: float):
 
 
 @shared_task(name="commands.poll")
-def poll() -> dict:
+def poll(sweep: bool = False) -> dict:
     """Beat's look at the queue every poll period, for what intake queued: a drain if an item
     waits and no other poll is draining, fleet-wide. A poll a second, each drain lasting up to an
     interval, would otherwise start a dispatcher in every worker process (its pool of senders and
     connections each, the per-connector cap as many times over at one receiver). The lock is
     short and renewed while the drain runs (``POLL_LOCK_TTL_S``), so a killed worker stalls the
-    others for seconds."""
+    others for seconds. ``sweep``: asked by a wake (``wake_after_commit``), which may mean commands
+    made due rather than queued: a sweep first when nothing waits. A poll that ends its drain with
+    work still waiting asks for the next one as it releases the lock."""
+    if sweep and not items_waiting(commands_queue()):
+        sweeping.sweep()
     if not items_waiting(commands_queue()):
         return NOTHING
     # redis-py's lock, through django-redis: released only by the poll that holds it (a token),
@@ -123,6 +152,11 @@ def poll() -> dict:
     finally:
         with contextlib.suppress(Exception):  # expired and taken since, or Redis gone: not ours
             lock.release()
+        # A wake that met the lock while this drain ended was turned away: the released lock asks
+        # again if work waits, rather than leave it to beat's next poll.
+        with contextlib.suppress(Exception):
+            if settings.ANKUSA_DISPATCH_CELERY_WAKE and items_waiting(commands_queue()):
+                poll.delay()
 
 
 @shared_task(name="commands.recover")

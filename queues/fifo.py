@@ -170,6 +170,24 @@ class ReliableFIFO(abc.ABC):
         """Move the items still held out of busy: ``fail``, ``requeue`` (to failed past the limit)
         or ``unclaim``, at the head when ``front``; returns how many were held."""
 
+    # --- waking consumers (queues.wake) -------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Wake the consumers waiting on this queue (``wait_for_work``), as a commit that enqueues
+        does: inside a transaction of the database backend, on its commit. Nothing where the
+        backend cannot wake (SQLite: consumers poll)."""
+        return None  # the default: nothing to wake, waiters poll
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until a wake for this queue arrives (True: work may be waiting) or ``timeout``
+        seconds pass (False). A timeout of 0 is a look: whether a wake arrived since the last
+        wait, without waiting (and, on PostgreSQL, False while this process listens to nothing).
+        Where the backend cannot wake, sleeps out the timeout: the caller's poll is the safety
+        net either way."""
+        if timeout > 0:
+            time.sleep(timeout)
+        return False
+
     # --- recovery and the failed list ---------------------------------------------------------------
 
     def handle_expired(

@@ -181,9 +181,26 @@ class Dispatcher:
                     senders.work.notify(len(entries))
                 continue
             with senders.lock:
-                if (stopping or exhausted) and not senders.waiting and not senders.in_flight.total():
-                    break
-                senders.room.wait(POLL_S)
+                idle = not senders.waiting and not senders.in_flight.total()
+                if stopping or not exhausted:
+                    if stopping and idle:
+                        break
+                    senders.room.wait(POLL_S)
+                    continue
+            # The queue looked empty. A drain keeps claiming while work is queued: a wake since
+            # (queues.wake; a look, never a wait) sends it back to claim, rather than end the drain
+            # and leave the new work for the loop's next one — also while the recorder is still
+            # writing outcomes (under load it lags the sends by seconds; waiting for it without
+            # claiming is where commands queued meanwhile waited seconds, issue 23). A recorder
+            # that fails (the database is down) is left to take_results' patience below.
+            recording = senders.recorder.unsettled and not senders.recorder.failures
+            if self.queue.wait_for_work(0):
+                exhausted = False
+            elif idle and not recording:
+                break
+            else:
+                with senders.lock:
+                    senders.room.wait(FEED_POLL_S)
         # Wait for the outcomes to be written; while the database refuses them, a stopping
         # dispatcher leaves them to close() (which spools them), and a drain with a deadline
         # waits a while past it, not for the whole outage.

@@ -39,7 +39,7 @@ from django.utils import timezone
 
 from ankusa_site import metrics
 from ankusa_site.logs import log_event
-from commands.lifecycle import with_commit
+from commands.lifecycle import commands_queue, with_commit
 from commands.models import PARKED_REASONS, Command, Connector
 from commands.retry import Outlook
 from commands.states import Event, State
@@ -160,7 +160,11 @@ def release(pk: int, now: datetime) -> int | None:
 
 
 def wake() -> None:
-    """Hook: tell the dispatchers released commands wait (the queue wake-ups, once they land)."""
+    """Tell the dispatchers released commands are due (after the release's or resume's commit):
+    a woken loop sweeps at once (``commands.wake``), Celery is asked for the poll."""
+    from commands import wake as waking  # this function's name would shadow the module
+
+    waking.commands_due(commands_queue())
 
 
 def waiting(pk: int):

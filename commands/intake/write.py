@@ -17,6 +17,7 @@ from django.db.models import JSONField, Value
 
 from ankusa_site.prepared import execute_prepared
 from ankusa_site.stock import stock
+from commands import wake
 from commands.intake.arrival import Arrival, Stored
 from commands.lifecycle import commands_queue, decide_for, enqueue_with_commit, item_payload
 from commands.models import Command, Delivery
@@ -220,6 +221,7 @@ def _store_in_one_statement(
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         write.sent = True
         rows, _ = execute_prepared(connection, sql, params)
+        wake.after_enqueue()  # the statement's NOTIFY wakes the loops; Celery is asked (commands.wake)
     ids = {connector: pk for kind, pk, connector in rows if kind == "command"}
     stored = [
         Stored(ids[connector_id], connector_id, fields["state"], now)

@@ -40,8 +40,9 @@ from django.db.models import Case, CharField, Count, Q, Value, When
 from django.utils import timezone
 
 from ankusa_site.logs import log_event
-from commands import retry
+from commands import retry, wake
 from commands.dispatch.sweep import sweep
+from commands.lifecycle import commands_queue
 from commands.models import AuditEntry, Command
 from commands.retry import Outlook
 from commands.states import Event, State
@@ -272,7 +273,8 @@ def resend_due_times(count: int, now: datetime, *, per_second: float, rng: rando
     """Due times for ``count`` resends: the i-th at ``i / per_second`` seconds, plus a jitter of up
     to half a slot, so no second holds more than ``per_second + 1`` of them."""
     slot = 1.0 / per_second
-    return [now + timedelta(seconds=i * slot + rng.uniform(0, slot / 2)) for i in range(count)]
+    # The first one at once (a lone resend goes when the dispatchers wake), the others jittered.
+    return [now + timedelta(seconds=i * slot + (rng.uniform(0, slot / 2) if i else 0)) for i in range(count)]
 
 
 def perform(
@@ -307,6 +309,9 @@ def perform(
             chunk = ids[start : start + CHUNK]
             rows = Command.objects.filter(_eligible(action, override), pk__in=chunk)
             changed += _change(action, rows, user=user, now=now, due=due)
+        if changed and action in ("resend", "approve"):
+            # Due now: the commit wakes the dispatchers, whose sweep takes them (queues.wake).
+            wake.commands_due(commands_queue())
         total = sum(counts.values())
         skipped = {category: n for category, n in counts.items() if category not in _taken(override)}
         raced = len(ids) - len(changed)

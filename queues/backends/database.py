@@ -10,6 +10,10 @@ leaves no item behind. ``done``, recovery, requeue and failure act only on items
 the caller's claim, each in one statement or under a row lock, so a concurrent recovery cannot slip
 in between.
 
+On PostgreSQL a row entering main notifies its queue's waiters on commit (a trigger, see
+``queues.wake``), and ``wait_for_work`` waits on the process's one listening connection; on SQLite
+it sleeps (consumers poll).
+
 What it does NOT do: ``length`` counts rows (through the partial indexes) rather than reading a
 counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot path; and a waiting
 ``claim`` polls (every 10 ms rising to 200 ms) instead of being woken.
@@ -26,6 +30,7 @@ from django.db import connections, transaction
 from django.db.models import F, Max, Min
 
 from ankusa_site.prepared import execute_prepared
+from queues import wake
 from queues.fifo import (
     Action,
     Item,
@@ -234,6 +239,22 @@ class DatabaseFIFO(ReliableFIFO):
         """
         stamp = connections[self.using].ops.adapt_datetimefield_value(self.clock())
         return _append_sql(rows, payload, order), [self.name, stamp]
+
+    # --- waking consumers ---------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            # In the caller's transaction, if any: delivered on its commit, dropped by a rollback.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [wake.CHANNEL, self.name])
+
+    def wait_for_work(self, timeout: float) -> bool:
+        if connections[self.using].vendor != "postgresql":
+            return super().wait_for_work(timeout)
+        if timeout <= 0 and not wake.listening(self.using):
+            return False  # a look: no listener (and connection) started for it
+        return wake.listener(self.using).wait(self.name, timeout)
 
     # --- consumers ----------------------------------------------------------------------------------
 

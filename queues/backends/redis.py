@@ -11,6 +11,9 @@ every script may touch them all)::
     ankusa:queue:{q}:seq     the last id handed out (ids are never reused, even after a flush)
     ankusa:queue:{q}:dropped how many ids in main have no record any more (dropped by an operator)
 
+    ankusa:queue:{q}:wake    a list of one token at most: pushed when items enter main,
+                             popped by a waiting consumer (``wait_for_work``, BLPOP)
+
 plus ``ankusa:queues``, the set of queue names, for the admin and ``manage.py queues stats``.
 
 Every operation that reads and writes is one script, so it is atomic: two consumers can never pop
@@ -33,10 +36,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django_redis import get_redis_connection
 from redis.exceptions import NoScriptError
 
@@ -63,6 +68,8 @@ NO_CLAIM = -1
 # otherwise a listpack, searched linearly: ZADD and ZMSCORE of 100 ids into one of 100 cost ten
 # times more than into a skiplist of 100,000.
 SENTINEL = "~" * 72
+# The longest single BLPOP of ``wait_for_work``: below the connection pool's socket timeout.
+WAIT_STEP_S = 1.0
 
 # KEYS of every script: main, busy, failed, items, seq, dropped. Multi-item commands go in chunks of 1,000
 # items: Lua's unpack() stops near 8,000 values. Each script carries only the functions it calls
@@ -479,6 +486,7 @@ class RedisFIFO(ReliableFIFO):
         self.redis = client if client is not None else get_redis_connection("redis")
         prefix = f"ankusa:queue:{{{name}}}:"
         self.keys = [prefix + part for part in ("main", "busy", "failed", "items", "seq", "dropped")]
+        self.wake_key = prefix + "wake"  # not among the scripts' keys: pushed beside them (queues.wake)
 
     def _run(self, script: str, *args: Any) -> Any:
         """EVALSHA straight through the client (redis-py's Script wrapper costs a third of a round
@@ -505,11 +513,42 @@ class RedisFIFO(ReliableFIFO):
         return list(range(first, first + len(encoded)))
 
     def _register_and(self, command: tuple) -> Any:
-        """Record the queue's name in the registry and run ``command``, in one round trip."""
+        """Record the queue's name in the registry, run ``command`` and wake a waiting consumer, in
+        one round trip (the push after the script, so the woken consumer finds the items)."""
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.sadd(REGISTRY_KEY, self.name)
             pipe.execute_command(*command)
-            return pipe.execute()[-1]
+            self._push_wake(pipe)
+            return pipe.execute()[1]
+
+    # --- waking consumers (queues.wake) -------------------------------------------------------------
+
+    def _push_wake(self, pipe) -> None:
+        # One token at most: a waiter needs one, and a producer nobody waits for costs no memory.
+        pipe.lpush(self.wake_key, 1)
+        pipe.ltrim(self.wake_key, 0, 0)
+
+    def _wake_now(self) -> None:
+        with self.redis.pipeline(transaction=False) as pipe:
+            self._push_wake(pipe)
+            pipe.execute()
+
+    def wake(self) -> None:
+        # After the caller's database transaction, if any, like the enqueues of this backend.
+        transaction.on_commit(self._wake_now)
+
+    def wait_for_work(self, timeout: float) -> bool:
+        if timeout <= 0:  # a look
+            return self.redis.lpop(self.wake_key) is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            # In steps shorter than the pool's socket timeout; Redis takes fractions of seconds.
+            step = min(max(left, 0.01), WAIT_STEP_S)
+            if self.redis.blpop([self.wake_key], timeout=step) is not None:
+                return True
+            if left <= step:
+                return False
 
     # --- consumers ----------------------------------------------------------------------------------
 
@@ -542,6 +581,8 @@ class RedisFIFO(ReliableFIFO):
         args = (micros(self.clock()), mode, "1" if front else "0", self.requeue_limit, clip_error(error))
         held = [int(pk) for pk in self._run("release", *args, _spec(tokens))]
         self._report_skipped(mode, list(tokens), held)
+        if held and mode != "fail":  # back in main (or past the limit, failed: a wake for nothing)
+            self._wake_now()
         return len(held)
 
     # --- recovery and the failed list ---------------------------------------------------------------
@@ -560,15 +601,20 @@ class RedisFIFO(ReliableFIFO):
             touched.extend(_peeked(found))
             if len(found) < 3 * size:
                 break
+        if touched and action == "requeue":
+            self._wake_now()
         return touched
 
     def requeue_failed(
         self, max_fail_count: int | None = None, delay: timedelta | None = None, *, limit: int | None = None
     ) -> int:
         cutoff = "" if delay is None else micros(self.clock() - delay)
-        return self._run(
+        moved = self._run(
             "requeue_failed", "" if max_fail_count is None else max_fail_count, cutoff, limit or 0
         )
+        if moved:
+            self._wake_now()
+        return moved
 
     def remove_failed(self, older_than: timedelta | None = None, *, limit: int | None = None) -> int:
         cutoff = "" if older_than is None else micros(self.clock() - older_than)
@@ -585,7 +631,10 @@ class RedisFIFO(ReliableFIFO):
 
     def requeue_ids(self, ids: Iterable[int]) -> int:
         ids = [int(pk) for pk in ids]
-        return self._run("requeue_ids", *ids) if ids else 0
+        moved = self._run("requeue_ids", *ids) if ids else 0
+        if moved:
+            self._wake_now()
+        return moved
 
     def drop_ids(self, ids: Iterable[int]) -> int:
         ids = [int(pk) for pk in ids]

@@ -3,7 +3,8 @@
 ``Sink`` runs in a thread of the calling process; ``python -m tests.commands.sink`` runs the same
 server as its own process (the benchmark does, so the receiver does not share the dispatcher's
 GIL) and prints ``port N`` once it listens. Either way ``GET /_stats`` answers
-``{"received": n, "keys": {"<Idempotency-Key>": count}}``.
+``{"received": n, "keys": {"<Idempotency-Key>": count}}``, and ``GET /_times`` when each key first
+arrived (``{"<Idempotency-Key>": unix time}``, for the latency benchmark).
 
 How it answers is a function ``respond(request, nth) -> (status, headers)`` or ``(status, headers,
 body)`` where ``nth`` is how many times this Idempotency-Key has been received, this request
@@ -39,8 +40,10 @@ class ReceiverProcess:
         self.port = int(self.process.stdout.readline().split()[1])
         self.url = f"http://127.0.0.1:{self.port}/receive"
 
-    def stats(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_stats", timeout=self.timeout) as response:
+    def stats(self, what: str = "stats") -> dict:
+        """``GET /_stats`` (or ``/_times`` with ``what="times"``)."""
+        url = f"http://127.0.0.1:{self.port}/_{what}"
+        with urllib.request.urlopen(url, timeout=self.timeout) as response:
             return json.load(response)
 
     def stop(self) -> None:
@@ -105,6 +108,7 @@ class Sink:
         self.delay = delay
         self.received: list[Received] = []
         self.counts: Counter[str] = Counter()
+        self.first_at: dict[str, float] = {}  # key -> when it first arrived (time.time())
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -137,6 +141,7 @@ class Sink:
         with self._lock:
             self.received.append(request)
             self.counts[request.key] += 1
+            self.first_at.setdefault(request.key, time.time())
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             return self.counts[request.key]
@@ -172,6 +177,10 @@ class Sink:
             def do_GET(self):
                 if self.path == "/_stats":
                     self._answer(200, {"Content-Type": "application/json"}, sink._stats())
+                elif self.path == "/_times":
+                    with sink._lock:
+                        times = json.dumps(sink.first_at).encode()
+                    self._answer(200, {"Content-Type": "application/json"}, times)
                 else:
                     self._answer(404, {})
 

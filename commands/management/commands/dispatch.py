@@ -3,7 +3,11 @@
 Every ``ANKUSA_DISPATCH_INTERVAL_S`` (30 s — the first retry backoff, so a retry never waits an
 extra round) it runs one round and prints a one-line summary. Between rounds it looks at the queue
 every ``ANKUSA_DISPATCH_POLL_S`` (1 s) and drains what waits there — the commands intake accepted
-and queued itself — printing a line for each drain that claimed something. Recovery (expired items,
+and queued itself — printing a line for each drain that claimed something. Between two looks it
+waits to be woken (``queues.wake``): a commit that queues work (PostgreSQL's NOTIFY, the Redis
+queue's wake list) starts the drain at once, and the poll only catches a lost wake; a wake with
+nothing queued (a resend or an approval made commands due) brings the next round forward, once a
+poll period at most. On SQLite nothing wakes it: it polls. Recovery (expired items,
 lost sends) runs on a timer of its own, every ``ANKUSA_DISPATCH_RECOVER_S``, and prints a line when
 it recovered something. ``--once`` runs one round, recovery included, and exits (for cron);
 ``--max-seconds`` bounds the whole run. SIGTERM or SIGINT stops it: no new item is claimed, the
@@ -28,12 +32,15 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from ankusa_site.management.arguments import seconds
-from commands.dispatch.dispatcher import Dispatcher, drain_waiting
+from commands.dispatch.dispatcher import Dispatcher, PollSummary, drain_waiting
 from commands.dispatch.recovery import RecoverSummary, recovery_line
 from commands.dispatch.rounds import keep_recovering, run_round
 from commands.dispatch.timing import retry_delay
+from queues.wake import close_listeners, wait_until
 
 logger = logging.getLogger("ankusa.commands.dispatch")
+# The shortest time between two rounds brought forward by wakes with nothing queued.
+EARLY_ROUND_GAP_S = 0.2
 
 
 class Command(BaseCommand):
@@ -68,7 +75,10 @@ class Command(BaseCommand):
                 close_old_connections()
                 self.stdout.write(run_round(dispatcher, max_seconds=max_seconds).line())
             else:
-                self.loop(dispatcher, stop, interval, deadline)
+                try:
+                    self.loop(dispatcher, stop, interval, deadline)
+                finally:
+                    close_listeners()  # its wake connection, for a caller in the same process
         self.stdout.write("dispatch stopped")
 
     def loop(self, dispatcher: Dispatcher, stop: threading.Event, interval: float, deadline) -> None:
@@ -77,6 +87,7 @@ class Command(BaseCommand):
         queue is down) is tried again after a poll period, doubling up to ``RETRY_MAX_S``: the loop
         is back at work within seconds of the outage's end, not at the next round."""
         poll = min(settings.ANKUSA_DISPATCH_POLL_S, interval)
+        self.queue = dispatcher.queue  # what pause() waits on
         ended = threading.Event()  # the recovery timer's stop: set by a signal or the deadline
         recovery = threading.Thread(
             target=keep_recovering,
@@ -91,6 +102,8 @@ class Command(BaseCommand):
         recovery.start()
         failures = 0
         next_round = self.clock()
+        woken = False  # the last pause ended with a wake
+        last_round = None  # when the last round started
         try:
             while not stop.is_set():
                 now = self.clock()
@@ -103,12 +116,27 @@ class Command(BaseCommand):
                 try:
                     if step == "round":
                         left = None if deadline is None else max(0.0, deadline - now)
+                        last_round = now
                         self.stdout.write(run_round(dispatcher, max_seconds=left, recovering=False).line())
                         next_round = self.clock() + interval
                     else:
-                        drained = drain_waiting(dispatcher, max_seconds=max(0.0, until - now))
+                        left = max(0.0, until - now)
+                        # Woken: work was just queued, so no look at the queue's head first.
+                        drained = (
+                            drain_now(dispatcher, left)
+                            if woken
+                            else drain_waiting(dispatcher, max_seconds=left)
+                        )
                         if drained is not None and drained.drained.claimed:
                             self.stdout.write(drained.line())
+                        if woken and (drained is None or not drained.drained.claimed):
+                            # Woken with nothing queued: commands became due (a resend, an
+                            # approval), so the next round (its sweep) comes forward: now, or
+                            # EARLY_ROUND_GAP_S after the last one (wakes for items another
+                            # dispatcher took first cost a sweep that often at most).
+                            gap = min(poll, EARLY_ROUND_GAP_S)
+                            soonest = now if last_round is None else max(now, last_round + gap)
+                            next_round = min(next_round, soonest)
                     failures = 0
                     pause = min(poll, next_round - self.clock())  # a round due starts at once
                 except Exception as exc:
@@ -122,13 +150,19 @@ class Command(BaseCommand):
                         logger.warning("dispatch %s failed again (%s); retrying in %g s", step, exc, pause)
                 if deadline is not None:
                     pause = min(pause, deadline - self.clock())
-                self.pause(stop, max(0.0, pause))
+                woken = bool(self.pause(stop, max(0.0, pause)))
         finally:
             ended.set()
             recovery.join()
 
-    def pause(self, stop: threading.Event, seconds: float) -> None:
-        stop.wait(seconds)
+    def pause(self, stop: threading.Event, seconds: float) -> bool:
+        """Wait ``seconds``, or less: until the queue is woken (True: work was queued, or commands
+        made due) or ``stop``."""
+        queue = getattr(self, "queue", None)
+        if queue is None:
+            stop.wait(seconds)
+            return False
+        return wait_until(queue.wait_for_work, stop, seconds)
 
     def report_recovery(self, summary: RecoverSummary) -> None:
         self.stdout.write(f"dispatch recovery: {recovery_line(summary)}")
@@ -141,3 +175,10 @@ class Command(BaseCommand):
             signal.signal(signum, signal.SIG_DFL)  # the same signal again ends it at once
 
         return {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+def drain_now(dispatcher: Dispatcher, max_seconds: float) -> PollSummary:
+    """A drain without the look at the queue's head that :func:`drain_waiting` makes first."""
+    started = time.monotonic()
+    drained = dispatcher.drain(max_seconds=max_seconds)
+    return PollSummary(drained, time.monotonic() - started)

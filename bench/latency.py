@@ -1,0 +1,300 @@
+"""Benchmark: accepted → sent, as a user sees it, against Celery's own hop (issue 23).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db> REDIS_URL=redis://127.0.0.1:6379/<n> \\
+        .venv/bin/python bench/latency.py [--quick]
+
+It makes a throw-away PostgreSQL database (``lat_<db>``, dropped at the end), flushes the Redis
+database ``REDIS_URL`` names (the bench's own), starts the counting receiver of the tests as its
+own process, and for each queue backend (the database queue, then the Redis queue) a real gunicorn
+(2 workers, the fleet store) and a real ``manage.py dispatch`` with every setting at its default.
+Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. Per queue:
+
+* ``e2e_p50_ms_idle`` / ``e2e_p99_ms_idle`` — from the webhook's 202 (as the client reads it) to
+  the receiver's first sight of its command, one webhook at a time with pauses between;
+* ``dispatch_per_s`` — commands queued at once (a sweep of approved commands) ÷ the time until
+  every one was sent and recorded ``succeeded``: the dispatch throughput of this run;
+* ``e2e_p50_ms_half_load`` / ``e2e_p99_ms_half_load`` — the same latency with webhooks sent
+  open-loop at half that throughput (``offered_per_s``; ``achieved_per_s`` is what intake took);
+* ``celery_hop_p50_ms`` — the anchor, measured once in the same run: ``apply_async`` of an empty
+  task → the task starts, a Celery worker (``--pool solo``, the site's settings:
+  ``bench/celery_hop.py``) on the same Redis, one task at a time with pauses between;
+* ``e2e_vs_celery_hop_p50`` = ``e2e_p50_ms_idle`` ÷ ``celery_hop_p50_ms``. Targets: ≤ 2.0, and
+  ``e2e_p99_ms_half_load`` ≤ 250, on both queues.
+
+The database queue's figures are top-level keys, the Redis queue's the same keys inside
+``"redis_queue"``. ``--quick`` makes every phase short (a smoke test, not a measurement). Prints a
+table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ankusa_site.settings")
+os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
+os.environ.setdefault("ANKUSA_CONNECTOR_ALLOWED_NETWORKS", "127.0.0.0/8")
+
+import django  # noqa: E402
+
+django.setup()
+
+import redis  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test.utils import setup_databases, teardown_databases  # noqa: E402
+
+from commands.dispatch.sweep import sweep  # noqa: E402
+from commands.models import Command, Connector, Source  # noqa: E402
+from limits.models import Tenant  # noqa: E402
+from tests.commands.conftest import HOOK_SECRET  # noqa: E402
+from tests.commands.sink import ReceiverProcess  # noqa: E402
+from tests.servers import BODY, Node, wait_for  # noqa: E402
+from tests.services import database_url  # noqa: E402
+
+HOPS = "bench:celery_hop:started"  # bench/celery_hop.py's list
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+class Run:
+    """One queue backend's gunicorn and dispatcher, and the webhooks sent to them."""
+
+    def __init__(self, backend: str, env: dict, sink: ReceiverProcess, log_dir: Path):
+        self.backend = backend
+        self.sink = sink
+        self.env = {**env, "ANKUSA_QUEUE_BACKEND": backend}
+        self.node = Node(self.env, log_dir / f"gunicorn-{backend}.log", workers=2, threads=8)
+        self.dispatch_log = open(log_dir / f"dispatch-{backend}.log", "wb")  # its drain lines
+        self.dispatcher = subprocess.Popen(
+            [sys.executable, "manage.py", "dispatch"],
+            cwd=BASE_DIR,
+            env=self.env,
+            stdout=self.dispatch_log,
+            stderr=subprocess.DEVNULL,  # a log line per send
+        )
+        self.sent = 0
+        self.lock = threading.Lock()
+
+    def hook(self) -> tuple[list[int], float]:
+        """One webhook; the ids of its commands and when its 202 was read (``time.time()``)."""
+        with self.lock:
+            self.sent += 1
+            delivery = f"{self.backend}-{self.sent}-{random.random()}"
+        status, body, _ = self.node.hook(delivery, BODY)
+        answered = time.time()
+        if status != 202:
+            raise SystemExit(f"{self.backend}: a webhook got {status}: {body}")
+        return body["commands"], answered
+
+    def latencies(self, answered: dict[int, float], timeout: float = 60) -> list[float]:
+        """Seconds from each command's 202 to the receiver's first sight of it."""
+        keys = {str(pk) for pk in answered}
+
+        def arrived() -> dict | None:
+            found = self.sink.stats("times")
+            return found if keys <= found.keys() else None
+
+        times = wait_for(arrived, timeout=timeout, what=f"{len(keys)} commands at the receiver")
+        return [times[str(pk)] - at for pk, at in answered.items()]
+
+    def idle(self, n: int) -> list[float]:
+        answered = {}
+        for _ in range(n):
+            ids, at = self.hook()
+            answered.update(dict.fromkeys(ids, at))
+            self.latencies(dict.fromkeys(ids, at), timeout=30)  # arrived: the next one starts idle
+            time.sleep(random.uniform(0.2, 0.4))
+        return self.latencies(answered)
+
+    def throughput(self, connector: Connector, n: int) -> float:
+        """Commands/s from a sweep that queues ``n`` at once until every one is sent and recorded
+        ``succeeded`` (what the dispatcher sustains: the receiver has them sooner)."""
+        tenant = connector.tenant
+        made = Command.objects.bulk_create(
+            [Command(tenant=tenant, connector=connector, payload={"order": i}) for i in range(n)],
+            batch_size=1000,
+        )
+        settings.ANKUSA_QUEUE_BACKEND = self.backend  # this process's sweep queues where they look
+        started = time.time()
+        sweep()
+        ids = [command.pk for command in made]
+        wait_for(
+            lambda: not Command.objects.filter(pk__gte=min(ids)).exclude(state="succeeded").exists(),
+            timeout=300,
+            what="the burst to be sent and recorded",
+        )
+        recorded = time.time()
+        self.latencies(dict.fromkeys(ids, started), timeout=60)  # and the receiver has each
+        return n / (recorded - started)
+
+    def load(self, per_s: float, seconds: float, threads: int = 16) -> tuple[list[float], float]:
+        """Webhooks open-loop at ``per_s`` for ``seconds``: their latencies, and the rate achieved."""
+        total = max(1, round(per_s * seconds))
+        slots = iter(range(total))
+        answered: dict[int, float] = {}
+        lock = threading.Lock()
+        start = time.monotonic() + 0.2
+
+        def send() -> None:
+            while True:
+                with lock:
+                    slot = next(slots, None)
+                if slot is None:
+                    return
+                time.sleep(max(0.0, start + slot / per_s - time.monotonic()))
+                ids, at = self.hook()
+                with lock:
+                    answered.update(dict.fromkeys(ids, at))
+
+        workers = [threading.Thread(target=send) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        achieved = total / (time.monotonic() - start)
+        return self.latencies(answered, timeout=120), achieved
+
+    def stop(self) -> None:
+        self.dispatcher.terminate()
+        self.dispatcher.wait(timeout=60)
+        self.dispatch_log.close()
+        self.node.stop()
+
+
+def celery_hops(env: dict, n: int, log_dir: Path) -> list[float]:
+    """Seconds from ``apply_async`` of an empty task to its start, one at a time with pauses."""
+    from bench.celery_hop import hop
+
+    client = redis.Redis.from_url(env["REDIS_URL"], socket_timeout=90)
+    with open(log_dir / "celery.log", "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "bench.celery_hop", "worker", "--pool", "solo",
+             "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "warning"],
+            cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            hops = []
+            for number in range(n + 3):  # the first three warm the worker up
+                sent = time.time()
+                hop.apply_async(args=[number])
+                found = client.blpop([HOPS], timeout=60)
+                if found is None:
+                    raise SystemExit(f"the Celery worker did not start a task: see {log_dir / 'celery.log'}")
+                if number >= 3:
+                    hops.append(float(found[1].split()[1]) - sent)
+                time.sleep(random.uniform(0.2, 0.4))
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+    return hops
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short phases (a smoke test, not a measurement)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="webhooks/s of the loaded phase (default: half the throughput)",
+    )
+    parser.add_argument(
+        "--queues", default="database,redis", help="the queue backends to run, in order (default: both)"
+    )
+    args = parser.parse_args()
+    idle_n, burst_n, load_s, hops_n = (8, 300, 2.0, 8) if args.quick else (40, 3000, 15.0, 40)
+
+    db = settings.DATABASES["default"]
+    if not db["ENGINE"].endswith("postgresql"):
+        raise SystemExit("latency measures PostgreSQL: set DATABASE_URL to a postgres:// URL")
+    db.setdefault("TEST", {})["NAME"] = f"lat_{db['NAME']}"
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()  # the bench's own database number
+    old_config = setup_databases(verbosity=0, interactive=False)
+    log_dir = Path(os.environ.get("BENCH_LOG_DIR", "/tmp")) / f"latency-{os.getpid()}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "ankusa_site.settings",
+        "DATABASE_URL": database_url(settings.DATABASES["default"]),
+        "REDIS_URL": settings.REDIS_URL,
+        "ANKUSA_STORE_SCOPE": "fleet",
+        "PYTHONPATH": str(BASE_DIR),
+    }
+    sink = ReceiverProcess(cwd=BASE_DIR, timeout=10)
+    figures: dict = {}
+    try:
+        tenant = Tenant.objects.create(slug="acme", name="Acme")
+        connector = Connector.objects.create(
+            tenant=tenant, name="receiver", kind="http", url=sink.url, idempotent=True
+        )
+        source = Source.objects.create(
+            tenant=tenant,
+            slug="orders",
+            verifier="github",
+            verifier_secrets=[HOOK_SECRET],
+            dedupe_key="github",
+            dedupe_body=False,  # one body under many delivery ids
+        )
+        source.connectors.set([connector])
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+        hop_p50 = statistics.median(celery_hops(env, hops_n, log_dir))
+        for backend in args.queues.split(","):
+            run = Run(backend, env, sink, log_dir)
+            try:
+                run.idle(5)  # warm-up: connections, caches, prepared statements
+                idle = run.idle(idle_n)
+                per_s = run.throughput(connector, burst_n)
+                offered = args.rate or per_s / 2
+                loaded, achieved = run.load(offered, load_s)
+            finally:
+                run.stop()
+            result = {
+                "e2e_p50_ms_idle": ms(statistics.median(idle)),
+                "e2e_p99_ms_idle": ms(percentile(idle, 0.99)),
+                "e2e_p50_ms_half_load": ms(statistics.median(loaded)),
+                "e2e_p99_ms_half_load": ms(percentile(loaded, 0.99)),
+                "celery_hop_p50_ms": ms(hop_p50),
+                "e2e_vs_celery_hop_p50": round(statistics.median(idle) / hop_p50, 2),
+                "dispatch_per_s": round(per_s, 1),
+                "offered_per_s": round(offered, 1),
+                "achieved_per_s": round(achieved, 1),
+                "idle_n": len(idle),
+                "half_load_n": len(loaded),
+            }
+            if backend == "database":
+                figures.update(result)
+            else:
+                figures["redis_queue"] = result
+    finally:
+        sink.stop()
+        connection.close()
+        teardown_databases(old_config, verbosity=0)
+    figures["quick"] = args.quick
+    redis_figures = figures.get("redis_queue", {})
+    print(f"{'measure':<30}{'database':>12}{'redis':>12}")
+    for key in [k for k in dict.fromkeys((*figures, *redis_figures)) if k not in ("redis_queue", "quick")]:
+        print(f"{key:<30}{figures.get(key, '-'):>12}{redis_figures.get(key, '-'):>12}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

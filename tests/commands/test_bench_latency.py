@@ -1,0 +1,48 @@
+"""``bench/latency.py`` (PostgreSQL) still runs, short, and ends with its JSON line: both queues'
+figures, every webhook seen by the receiver (a smoke test, not a measurement)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+pytestmark = pytest.mark.slow
+
+KEYS = (
+    "e2e_p50_ms_idle",
+    "e2e_p99_ms_idle",
+    "e2e_p50_ms_half_load",
+    "e2e_p99_ms_half_load",
+    "celery_hop_p50_ms",
+    "e2e_vs_celery_hop_p50",
+)
+
+
+def test_the_latency_benchmark_runs_in_quick_mode_on_both_queues(service_env, redis_client):
+    database = os.environ.get("DATABASE_URL", "")
+    if not database.startswith("postgres"):
+        pytest.skip("bench/latency.py measures PostgreSQL: run with DATABASE_URL=postgres://...")
+    result = subprocess.run(
+        [sys.executable, "bench/latency.py", "--quick"],
+        cwd=settings.BASE_DIR,
+        # Its own database (lat_<db>) beside the tests'; Redis: this run's own number.
+        env={
+            **service_env,
+            "DATABASE_URL": database,
+            "REDIS_URL": settings.REDIS_URL,
+            "DJANGO_SETTINGS_MODULE": "ankusa_site.settings",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["quick"] is True
+    for queue in (figures, figures["redis_queue"]):
+        assert all(queue[key] > 0 for key in KEYS), queue
+        # Every webhook of each phase was measured: the receiver got each command.
+        assert queue["idle_n"] == 8 and queue["half_load_n"] > 0
