@@ -38,7 +38,7 @@ run: $(VENV)/.installed
 
 # The whole suite plus the linter and the type checker (its cache in var/mypy_cache), then the
 # intake and dispatch tests once more with every fast path turned back to stock Django
-# (ankusa_site/stock.py), which each is held to. Uses DATABASE_URL / REDIS_URL when set.
+# (ankusa_site/core/stock.py), which each is held to. Uses DATABASE_URL / REDIS_URL when set.
 STOCK_TESTS := tests/commands/test_intake_hooks.py tests/commands/test_intake_api.py \
 	tests/commands/test_intake_json.py tests/commands/test_dispatch.py \
 	tests/commands/test_dispatch_statements.py tests/commands/test_dispatch_outcomes.py

@@ -39,7 +39,7 @@ from django.db import connection, transaction
 from django.db.models import Case, CharField, Count, Q, Value, When
 from django.utils import timezone
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from commands import dispatch, retry
 from commands.models import AuditEntry, Command
 from commands.retry import Outlook

@@ -33,7 +33,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from ankusa_site.admin import GuardedChangeList, ModelAdmin, parse_id
+from ankusa_site.core.admin import GuardedChangeList, ModelAdmin, parse_id
 from commands import actions, adapters, connector_glance, search
 from commands.admin_actions import CommandActions
 from commands.admin_lists import (

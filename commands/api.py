@@ -1,7 +1,7 @@
 """REST endpoints of the commands app: sources, connectors, commands and their staff actions,
 deliveries and audit entries (mounted under ``/api/v1/`` by ``commands.api_urls``).
 
-Who may do what is ``ankusa_site.permissions.ApiPermission``: staff by their Django permissions (the
+Who may do what is ``limits.permissions.ApiPermission``: staff by their Django permissions (the
 viewer / operator / admin groups of ``commands.staff_groups``), tenant tokens read their own
 tenant's rows only (another tenant's row is a 404, exactly like a missing one) and submit
 commands; they never run a staff action, never read audit entries.
@@ -38,7 +38,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from ankusa_site.api import (
+from ankusa_site.core.api import (
     Access,
     Conflict,
     Cursor,

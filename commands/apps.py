@@ -22,3 +22,7 @@ class CommandsConfig(AppConfig):
         from commands.checks import check_connectors
 
         register(check_connectors)
+        from ankusa_site.core.metrics import register_collector
+        from commands.metrics import CommandsCollector
+
+        register_collector("commands", CommandsCollector())

@@ -39,14 +39,15 @@ from django.db import connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from ankusa_site import metrics
-from ankusa_site.logs import log_event
-from ankusa_site.prepared import execute_prepared
-from ankusa_site.stock import stock
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
+from ankusa_site.core.prepared import execute_prepared
+from ankusa_site.core.stock import stock
 from commands import adapters, heartbeat, retry, spool
 from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, dispatchable, next_state
-from queues.fifo import Item, ReliableFIFO, get_queue
+from queues.backends import get_queue
+from queues.fifo import Item, ReliableFIFO
 
 logger = logging.getLogger("ankusa.commands.dispatch")
 
@@ -215,7 +216,7 @@ def sweep(
 # attempt before, and whose RETURNING names the winners. Built by a queryset, one start per send
 # cost about 0.3 ms of CPU in a process whose threads share one interpreter lock (measured), a
 # fifth of a command's whole budget. PostgreSQL gets the pairs as two arrays, so the text is the
-# same for any number of them and the server keeps it prepared (``ankusa_site.prepared``);
+# same for any number of them and the server keeps it prepared (``ankusa_site.core.prepared``);
 # elsewhere a row-value test (SQLite >= 3.35 has row values and RETURNING).
 #
 # On PostgreSQL the hot statements on commands find their rows by primary key whatever the

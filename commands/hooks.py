@@ -43,8 +43,8 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from ankusa_site.answers import answer_unreachable
-from ankusa_site.logs import log_event
+from ankusa_site.core.answers import answer_unreachable
+from ankusa_site.core.logs import log_event
 from commands import event_keys, intake, signatures
 from commands.headers import Headers
 from commands.models import KEPT_HEADERS, MAX_KEPT_HEADER_CHARS, Connector, Source

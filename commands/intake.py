@@ -39,11 +39,11 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import JSONField, Value
 from django.utils import timezone
 
-from ankusa_site import metrics
-from ankusa_site.logs import log_event
-from ankusa_site.middleware import body_encoding_problem, is_chunked, late, late_detail
-from ankusa_site.prepared import execute_prepared
-from ankusa_site.stock import stock
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
+from ankusa_site.core.middleware import body_encoding_problem, is_chunked, late, late_detail
+from ankusa_site.core.prepared import execute_prepared
+from ankusa_site.core.stock import stock
 from commands import dispatch
 from commands.models import Command, Delivery, Source
 from commands.states import Event, State, next_state
@@ -624,7 +624,7 @@ def _unknown_detail(deduped: bool, webhook: bool) -> str:
 
 def measured(endpoint: str):
     """Count a front door's answers by status, the declared request size and the time to answer
-    (``ankusa_site.metrics``: ``ankusa_intake_*{endpoint=...}``)."""
+    (``ankusa_site.core.metrics``: ``ankusa_intake_*{endpoint=...}``)."""
 
     def wrap(view):
         @functools.wraps(view)
@@ -651,7 +651,7 @@ def read_body(request, limit: int, *, endpoint: str) -> bytes | Refusal:
     stream, only up to the limit. What was read is counted in ``ankusa_intake_body_bytes``.
 
     A body that does not arrive within ``ANKUSA_BODY_TIMEOUT_S`` (under gunicorn:
-    ``ankusa_site.middleware``) is a 408, and its connection reads no more.
+    ``ankusa_site.core.middleware``) is a 408, and its connection reads no more.
     """
     try:
         body = _read(request, limit)

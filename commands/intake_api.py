@@ -38,9 +38,9 @@ from drf_spectacular.utils import (
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
-from ankusa_site.answers import answer_unreachable
-from ankusa_site.api import StrictSerializer, json_errors
-from ankusa_site.logs import log_event
+from ankusa_site.core.answers import answer_unreachable
+from ankusa_site.core.api import StrictSerializer, json_errors
+from ankusa_site.core.logs import log_event
 from commands import event_keys, intake
 from commands.models import Command, Connector
 from limits.authentication import tenant_of

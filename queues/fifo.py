@@ -13,9 +13,8 @@ expired and whose item was recovered and claimed by someone else cannot complete
 second time: the call skips it, logs a warning and reports it in its return value. (A bare id
 instead of an ``Item`` skips that guard: it acts on whatever claim the item is under.)
 
-Backend per queue name (settings, in precedence order): ``ANKUSA_QUEUE_BACKENDS`` (``name=redis``)
-> ``ANKUSA_QUEUE_BACKEND`` > ``database``. Both backends keep the seed's bounds: enqueue O(1) per
-item, claim O(n claimed) whatever the queue length, done O(log busy).
+The backend of a queue name: ``queues.backends.get_queue``. Both backends keep the seed's bounds:
+enqueue O(1) per item, claim O(n claimed) whatever the queue length, done O(log busy).
 
 What this does NOT guarantee:
 * Exactly-once *processing*. An item is handed to one consumer at a time, but a consumer that
@@ -42,11 +41,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from django.conf import settings
 from django.utils import timezone
 
-from ankusa_site import metrics
-from ankusa_site.logs import log_event
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
 
 Kind = Literal["main", "busy", "failed"]
 KINDS: tuple[Kind, ...] = ("main", "busy", "failed")
@@ -379,29 +377,6 @@ def clip_error(error: str) -> str:
 
 def ids_of(items: Iterable[Item | int]) -> list[int]:
     return [item.id if isinstance(item, Item) else int(item) for item in items]
-
-
-def backend_for(name: str) -> str:
-    """The backend the settings choose for queue ``name``."""
-    return settings.ANKUSA_QUEUE_BACKENDS.get(name, settings.ANKUSA_QUEUE_BACKEND)
-
-
-def get_queue(name: str, backend: str | None = None) -> ReliableFIFO:
-    """The queue called ``name`` on the backend the settings choose for it (or ``backend``)."""
-    backend = backend or backend_for(name)
-    options = {
-        "requeue_limit": settings.ANKUSA_QUEUE_REQUEUE_LIMIT,
-        "visibility_timeout": timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S),
-    }
-    if backend == "database":
-        from queues.backends.database import DatabaseFIFO
-
-        return DatabaseFIFO(name, **options)
-    if backend == "redis":
-        from queues.backends.redis import RedisFIFO
-
-        return RedisFIFO(name, **options)
-    raise ValueError(f"Unknown queue backend {backend!r}: use 'database' or 'redis'.")
 
 
 def _install_stop_handlers(stop: threading.Event) -> dict[int, Any]:

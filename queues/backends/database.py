@@ -25,7 +25,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import F, Max, Min
 
-from ankusa_site.prepared import execute_prepared
+from ankusa_site.core.prepared import execute_prepared
 from queues.fifo import (
     Action,
     Item,
@@ -45,7 +45,7 @@ BATCH = 1000
 TABLE = QueueItem._meta.db_table
 
 # The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL, on PostgreSQL with the
-# same text for any number of items so they stay prepared on the server (ankusa_site.prepared), and
+# same text for any number of items so they stay prepared on the server (ankusa_site.core.prepared), and
 # the claim builds Item values straight from its rows: the ORM's per-row model instances and
 # per-field preparation cost more CPU than the statements themselves, and the dispatch loop runs
 # them once per command.

@@ -353,7 +353,7 @@ def test_dispatch_records_an_unsendable_secret_as_after_fix_without_quoting_it(
 
     from commands import dispatch
     from commands.models import Attempt
-    from queues.fifo import get_queue
+    from queues.backends import get_queue
 
     get_queue(dispatch.QUEUE_NAME).flush()
     connector = make_connector(url="http://127.0.0.1:1/", secret_header="Authorization", secret="Bearer ok")

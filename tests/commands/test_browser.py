@@ -224,7 +224,9 @@ def walk_through(world, start_node, browser) -> None:
     page.wait_for_url("**reason=after-fix**")
     rows = page.locator("#result_list tbody tr")
     assert rows.count() == 1
-    assert "the receiver asks for a configuration fix" in rows.first.locator(".ankusa-badge").get_attribute("title")
+    assert "the receiver asks for a configuration fix" in rows.first.locator(".ankusa-badge").get_attribute(
+        "title"
+    )
 
     # Items 10 and 11: the command's page — its actions, and its attempt with the answer, linked.
     rows.first.locator("th a").click()

@@ -14,7 +14,7 @@ from django.core.cache import caches
 from commands import dispatch, tasks
 from commands.models import Command
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.children import Output, start, stop
 from tests.commands.sink import Gate
 from tests.servers import wait_for

@@ -11,7 +11,8 @@ from django.core.exceptions import ValidationError
 from commands import dispatch
 from commands.models import Command, Connector
 from commands.states import State
-from queues.fifo import Item, get_queue
+from queues.backends import get_queue
+from queues.fifo import Item
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from commands import dispatch
 from commands.models import Command
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.staff import login_as, make_failed
 from tests.commands.test_admin import form_data
 from tests.staff import api_client, staff_user

@@ -16,7 +16,7 @@ from django.db import connection
 from commands import dispatch
 from commands.models import Command, Source
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.conftest import HOOK_SECRET
 from tests.servers import wait_for
 

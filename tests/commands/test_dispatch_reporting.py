@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from commands import dispatch
 from commands.retry import Outlook
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.sink import script
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from commands import adapters, dispatch
 from commands.models import Attempt, Command
 from commands.retry import Outlook
 from commands.states import Event, State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

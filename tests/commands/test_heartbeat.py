@@ -14,7 +14,7 @@ from django.urls import reverse
 from commands import dispatch, heartbeat, tasks
 from commands.models import DispatcherHeartbeat
 from limits.models import Tenant
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.staff import login_as
 
 T0 = datetime(2026, 12, 1, 13, 0, tzinfo=UTC)

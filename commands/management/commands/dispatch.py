@@ -27,7 +27,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from ankusa_site.management.arguments import seconds
+from ankusa_site.core.arguments import seconds
 from commands.dispatch import (
     Dispatcher,
     RecoverSummary,

@@ -4,7 +4,7 @@ Four layers go faster than Django's own way, and each keeps that way as its refe
 
 * ``handler`` — webhooks past the URL resolver and most middleware (``ankusa_site.handlers``);
   stock: Django's ``WSGIHandler`` for every request;
-* ``prepared`` — statements prepared on the server (``ankusa_site.prepared``); stock: the same
+* ``prepared`` — statements prepared on the server (``ankusa_site.core.prepared``); stock: the same
   statement through Django's cursor, bound on the client;
 * ``sql`` — hand-written statements where the ORM's compilation costs more than the database's work
   (intake's one-statement write and ``insert``, dispatch's start, finish, attempt rows and loading);
