@@ -86,10 +86,10 @@ def _finite_float(literal: str) -> float:
     if not math.isfinite(value):  # 1e999
         raise _TooLarge(literal)
     # Only a negative exponent or a long literal can pass the scale; Decimal is left for those.
-    if ("e-" in literal or "E-" in literal or len(literal) > MAX_NUMBER_SCALE) and (
-        Decimal(literal).as_tuple().exponent < -MAX_NUMBER_SCALE
-    ):
-        raise _TooPrecise(literal)
+    if "e-" in literal or "E-" in literal or len(literal) > MAX_NUMBER_SCALE:
+        exponent = Decimal(literal).as_tuple().exponent  # an int: the literal is finite
+        if isinstance(exponent, int) and exponent < -MAX_NUMBER_SCALE:
+            raise _TooPrecise(literal)
     return value
 
 

@@ -22,10 +22,11 @@ from datetime import datetime, timedelta
 from itertools import chain
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, Max, Min
 
 from ankusa_site.core.prepared import execute_prepared
+from ankusa_site.core.stock import stock
 from queues.fifo import (
     Action,
     Item,
@@ -223,16 +224,19 @@ class DatabaseFIFO(ReliableFIFO):
         # RETURNING promises no order; the positions give it back.
         return [pk for pk, _ in sorted(rows, key=lambda row: row[1])]
 
-    def enqueue_from(self, rows: str, payload: str, order: str) -> tuple[str, list]:
-        """An ``INSERT`` of items whose payloads come from ``rows`` (a table expression of the
-        caller's own statement, e.g. a data-modifying CTE), in the order of ``order``; PostgreSQL.
+    def joins_transaction(self, using: str = DEFAULT_DB_ALIAS) -> bool:
+        return using == self.using  # its rows are written on the caller's connection, or not
 
-        For a caller that writes the rows its items name and the items in one statement (intake: a
-        delivery, its commands and their items), so the whole write is one round trip and commits
-        by itself. ``payload`` is an SQL expression of a JSON value. Returns the SQL and its
-        parameters, to be placed where the caller's statement wants it.
-        """
-        stamp = connections[self.using].ops.adapt_datetimefield_value(self.clock())
+    def enqueue_in_statement(
+        self, rows: str, payload: str, order: str, *, using: str = DEFAULT_DB_ALIAS
+    ) -> tuple[str, list] | None:
+        """PostgreSQL on the caller's connection: the same ``INSERT`` as ``enqueue``'s, from the
+        caller's rows (intake: a delivery, its commands and their items in one statement, which
+        commits by itself). None on SQLite and under ``ANKUSA_STOCK_DJANGO``'s ``sql`` layer."""
+        connection = connections[self.using]
+        if using != self.using or connection.vendor != "postgresql" or stock("sql"):
+            return None
+        stamp = connection.ops.adapt_datetimefield_value(self.clock())
         return _append_sql(rows, payload, order), [self.name, stamp]
 
     # --- consumers ----------------------------------------------------------------------------------
