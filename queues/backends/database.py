@@ -27,6 +27,7 @@ from django.db.models import F, Max, Min
 
 from ankusa_site.core.prepared import execute_prepared
 from ankusa_site.core.stock import stock
+from queues.backends import database_stock
 from queues.fifo import (
     Action,
     Item,
@@ -197,6 +198,8 @@ class DatabaseFIFO(ReliableFIFO):
         encoded = [encode_payload(payload) for payload in payloads]
         if not encoded:
             return []
+        if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's writes, the reference
+            return database_stock.enqueue(self, payloads, self.clock())
         connection = connections[self.using]
         stamp = connection.ops.adapt_datetimefield_value(self.clock())
         if connection.vendor == "postgresql":
@@ -243,6 +246,8 @@ class DatabaseFIFO(ReliableFIFO):
 
     def _claim(self, n: int, now: datetime) -> list[Item]:
         connection = connections[self.using]
+        if stock("sql"):
+            return database_stock.claim(self, n, now)
         if connection.vendor == "postgresql":
             rows, _ = execute_prepared(connection, CLAIM_SQL_POSTGRESQL, [self.name, n, now])
             rows.sort(key=lambda row: (row[1], row[0]))
@@ -277,7 +282,9 @@ class DatabaseFIFO(ReliableFIFO):
         bare = [pk for pk, claims in tokens if claims is None]
         held: list[int] = []
         connection = connections[self.using]
-        if connection.vendor == "postgresql":
+        if stock("sql"):
+            held = database_stock.done(self, claimed, bare)
+        elif connection.vendor == "postgresql":
             # Each statement stands alone (finishing an item twice is a no-op): no transaction of
             # its own, and inside the caller's it is part of it. The ids go as arrays, so one
             # statement takes any number of them.

@@ -12,6 +12,7 @@ from django.contrib.auth.models import Group
 from django.db import connection, transaction
 from django.test import override_settings
 
+from ankusa_site.core.stock import stock
 from queues.backends.database import DatabaseFIFO
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,8 +98,8 @@ def test_a_joining_queue_rolls_back_with_the_rows_when_the_commit_fails(make_que
 
 def test_enqueue_in_statement_writes_items_from_the_callers_rows_on_postgresql(queue, backend):
     sql = queue.enqueue_in_statement("(VALUES (2), (1)) AS v(n)", "jsonb_build_object('n', n)", "n")
-    if backend != "database" or connection.vendor != "postgresql":
-        assert sql is None  # another store, or no hand-written SQL for this vendor
+    if backend != "database" or connection.vendor != "postgresql" or stock("sql"):
+        assert sql is None  # another store, no hand-written SQL for this vendor, or stock mode
         return
     statement, params = sql
     with connection.cursor() as cursor:
