@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
-from commands.adapters.http import longest_send_s
+from commands.dispatch.adapters.http import longest_send_s
 
 
 @register()

@@ -1,7 +1,7 @@
 """The site's request handler: Django's, with a shorter way through for providers' webhooks.
 
 :class:`HookShortcut` takes a webhook (``/hooks/<tenant>/<source>``, with or without the slash),
-the request the site serves most, straight to ``commands.hooks.receive`` through every middleware
+the request the site serves most, straight to ``commands.intake.hooks.receive`` through every middleware
 of ``settings.MIDDLEWARE`` but those in :data:`SKIPPED_FOR_HOOKS`; every other request goes
 Django's way. Guaranteed: a webhook's answer and headers are the whole stack's (but the session and
 CSRF cookies and ``Vary: Cookie``, which the skipped middleware adds and a webhook does not need;
@@ -29,7 +29,7 @@ from django.utils.module_loading import import_string
 from ankusa_site.core.answers import error, wants_json
 from ankusa_site.core.stock import stock
 
-# The paths of ``commands.hooks.receive`` in ``ankusa_site.urls`` (``<str:…>`` is ``[^/]+``).
+# The paths of ``commands.intake.hooks.receive`` in ``ankusa_site.urls`` (``<str:…>`` is ``[^/]+``).
 HOOK_PATH = re.compile(r"/hooks/([^/]+)/([^/]+)/?")
 
 # Middleware that does nothing for a webhook, and why. A middleware added to settings.MIDDLEWARE
@@ -79,7 +79,7 @@ def _chain(paths: list[str], view):
 
 
 def _hook(request):
-    from commands.hooks import receive
+    from commands.intake.hooks import receive
 
     # Refused with a 500 and a log line naming the cause, rather than served by a route the
     # middleware's urlconf may not have.

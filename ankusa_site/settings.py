@@ -223,7 +223,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "OutlookEnum": "commands.retry.Outlook",
         "SkipReasonEnum": "commands.retry.SkipReason",
-        "WaitsForEnum": "commands.api.WAIT_CHOICES",
+        "WaitsForEnum": "commands.staff.api_command_io.WAIT_CHOICES",
     },
     # Every operation also declares the JSON errors any of them may answer (400/401/403/404/415).
     "POSTPROCESSING_HOOKS": [
@@ -286,7 +286,7 @@ ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 40, min
 ANKUSA_RESEND_PER_S = env_float("ANKUSA_RESEND_PER_S", 10.0, minimum=0.01, maximum=10_000)
 ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)
 ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minimum=0.01)
-# Networks a connector may reach although they are not public (commands.adapters.egress): empty,
+# Networks a connector may reach although they are not public (commands.dispatch.adapters.egress): empty,
 # so a connector can reach neither this host nor its private network unless an installation says so.
 ANKUSA_CONNECTOR_ALLOWED_NETWORKS = env_networks("ANKUSA_CONNECTOR_ALLOWED_NETWORKS", [])
 # An item claimed longer ago than this is presumed abandoned by a dead worker and recovered. By

@@ -14,8 +14,8 @@ from ankusa_site.core.answers import JSON_PREFIXES, error, wants_json
 from ankusa_site.core.metrics import metrics_view
 from ankusa_site.core.renderers import JSONRenderer
 from ankusa_site.favicon import favicon
-from commands.hooks import receive
-from commands.views import demo_receiver
+from commands.intake.hooks import receive
+from commands.staff.views import demo_receiver
 
 
 class JsonErrors:
@@ -77,7 +77,7 @@ urlpatterns = [
     # Each app owns its REST endpoints in <app>/api_urls.py.
     path("api/v1/", include("limits.api_urls")),
     path("api/v1/", include("queues.api_urls")),
-    path("api/v1/", include("commands.api_urls")),
+    path("api/v1/", include("commands.staff.api_urls")),
     # The OpenAPI schema and two readers of it; their scripts come from drf-spectacular-sidecar's
     # static files (SWAGGER_UI_DIST = "SIDECAR"), so the pages work offline and load no CDN.
     path("api/schema/", SchemaView.as_view(), name="api-schema"),

@@ -18,7 +18,7 @@ measures the server time of one render of the failed list's first page with the 
   capped at 100, its last error, its 24-hour success rate). Target ≤ 1.5.
 * ``payload_search_100k_vs_1k`` — the command list searched for a reference in the payload
   (``?q=R000517``: one match at either size, so both draw one row). Target ≤ 1.5 on PostgreSQL,
-  whose trigram index serves it; SQLite scans the newest 20,000 commands (``commands.search``), so
+  whose trigram index serves it; SQLite scans the newest 20,000 commands (``commands.staff.search``), so
   there it is reported.
 
 Each size is rendered in rounds (5, or 2 with ``--quick``) of several renders; the small size is

@@ -50,8 +50,10 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
-from commands import dispatch  # noqa: E402
-from commands.adapters.http import pool  # noqa: E402
+from commands.dispatch.adapters.http import pool  # noqa: E402
+from commands.dispatch.dispatcher import Dispatcher  # noqa: E402
+from commands.dispatch.rounds import run_round  # noqa: E402
+from commands.lifecycle import commands_queue  # noqa: E402
 from commands.models import Command, Connector  # noqa: E402
 from commands.states import State  # noqa: E402
 from limits.models import Tenant  # noqa: E402
@@ -119,8 +121,8 @@ def through_the_loop(connector: Connector, n: int) -> float:
     # One connector, so the per-connector cap is lifted to the pool size: the same concurrency as raw.
     concurrency = settings.ANKUSA_DISPATCH_CONCURRENCY
     started = time.perf_counter()
-    with dispatch.Dispatcher(per_connector=concurrency) as dispatcher:
-        dispatch.run_round(dispatcher)
+    with Dispatcher(per_connector=concurrency) as dispatcher:
+        run_round(dispatcher)
     elapsed = time.perf_counter() - started
     done = Command.objects.filter(connector=connector, state=State.SUCCEEDED).count()
     if done != n:
@@ -148,7 +150,7 @@ def kill_and_restart(sink: SinkProcess, connector: Connector, n: int) -> tuple[i
     in_flight = Command.objects.filter(connector=connector, state=State.DISPATCHING).count()
     second = subprocess.Popen(command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL)
     mine = Command.objects.filter(connector=connector)
-    queue = dispatch.commands_queue()
+    queue = commands_queue()
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if not mine.exclude(state__in=[State.SUCCEEDED, State.FAILED]).exists() and queue.length("busy") == 0:

@@ -28,7 +28,7 @@ benchmark is the servers', the wake-ups' and the contention's.
 
 On PostgreSQL with the fleet store a third kind joins those blocks: the same webhooks with their
 three round trips answered by what the real ones answered during the warm-up (the store's claim
-and settle at ``limits.store.redis._Pool.run``, the statement at ``intake.execute_prepared``) —
+and settle at ``limits.store.redis._Pool.run``, the statement at ``commands.intake.write.execute_prepared``) —
 ``cpu_us_webhook_without_round_trips``: what a webhook costs the worker beyond its waits on Redis
 and PostgreSQL (the sockets, the drivers, the wake-ups), which the issue's order of claim, commit
 and settle fixes at three.
@@ -185,7 +185,7 @@ def recorded_round_trips(send):
     PostgreSQL (their Python around the socket stays). None on any other set-up."""
     from django.db import connection
 
-    from commands import intake
+    from commands.intake import write as intake
     from limits.store import redis as redis_store
     from limits.store import settling
 

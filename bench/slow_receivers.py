@@ -147,7 +147,8 @@ def bench() -> None:
     from django.db import connection
     from django.test.utils import setup_databases, teardown_databases
 
-    from commands import dispatch
+    from commands.dispatch.sends import WORKER_LOST
+    from commands.lifecycle import commands_queue
     from commands.models import Command, Connector
     from commands.states import State
     from limits.models import Tenant
@@ -234,7 +235,7 @@ def bench() -> None:
         keys = stats["keys"]
         mine = Command.objects.filter(tenant=tenant)
         succeeded = set(mine.filter(state=State.SUCCEEDED).values_list("pk", flat=True))
-        queued_items = {item.payload["command"] for item in dispatch.commands_queue().peek("main", 10**6)}
+        queued_items = {item.payload["command"] for item in commands_queue().peek("main", 10**6)}
         lost = sum(1 for pk in succeeded if str(pk) not in keys)
         lost += sum(1 for key in keys if int(key) not in succeeded)
         lost += mine.filter(state=State.DISPATCHING).count()
@@ -319,7 +320,7 @@ def bench() -> None:
             "killed_in_flight": held,
             "lost": lost,
             "double_sent": sum(1 for count in keys.values() if count > 1),
-            "worker_lost": mine.filter(last_error_class=dispatch.WORKER_LOST).count(),
+            "worker_lost": mine.filter(last_error_class=WORKER_LOST).count(),
         }
 
     def anchor(delay: float, in_flight: int, seconds: float) -> dict:

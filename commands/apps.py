@@ -8,7 +8,7 @@ def sync_staff_groups(sender, apps=None, **kwargs) -> None:
     groups exist with at least the permissions this version grants them."""
     from django.apps import apps as installed
 
-    from commands import staff_groups
+    from commands.staff import staff_groups
 
     staff_groups.sync(apps or installed)  # flush sends no ``apps``: the installed ones
 

@@ -24,8 +24,8 @@ from django.core.checks import Warning
 from django.db import DatabaseError
 from django.db.models import F
 
-from commands.adapters import egress
-from commands.adapters.http import reserved_header_problem
+from commands.dispatch.adapters import egress
+from commands.dispatch.adapters.http import reserved_header_problem
 
 # A warning lists this many rows, then says how many more there are.
 LISTED = 20

@@ -21,7 +21,11 @@ from django.core.cache import caches
 from django.db import transaction
 from redis.exceptions import LockNotOwnedError
 
-from commands import dispatch, heartbeat, retention
+from commands import retention
+from commands.dispatch import heartbeat, recovery
+from commands.dispatch import sweep as sweeping
+from commands.dispatch.dispatcher import Dispatcher, items_waiting
+from commands.lifecycle import commands_queue
 
 
 def consume_after_commit() -> None:
@@ -32,7 +36,7 @@ def consume_after_commit() -> None:
 @shared_task(name="commands.sweep")
 def sweep() -> dict:
     heartbeat.beat("celery")  # once per beat interval: the dashboard's "is the loop alive"
-    summary = dispatch.sweep()
+    summary = sweeping.sweep()
     if summary.taken:
         consume_after_commit()
     return {"taken": summary.taken, "skipped": dict(summary.skipped)}
@@ -54,14 +58,14 @@ POLL_LOCK_TTL_S = 3.0
 @shared_task(name="commands.consume")
 def consume() -> dict:
     # An empty queue (a sweep's items taken by another worker already) costs a read, not a dispatcher.
-    if not dispatch.items_waiting(dispatch.commands_queue()):
+    if not items_waiting(commands_queue()):
         return NOTHING
     return _drain()
 
 
 def _drain() -> dict:
     # One interval at most, so a long backlog is shared between workers and beat's next round.
-    with dispatch.Dispatcher() as dispatcher:
+    with Dispatcher() as dispatcher:
         summary = dispatcher.drain(max_seconds=settings.ANKUSA_DISPATCH_INTERVAL_S)
     return {"claimed": summary.claimed, "results": dict(summary.results)}
 
@@ -99,7 +103,7 @@ def poll() -> dict:
     connections each, the per-connector cap as many times over at one receiver). The lock is
     short and renewed while the drain runs (``POLL_LOCK_TTL_S``), so a killed worker stalls the
     others for seconds."""
-    if not dispatch.items_waiting(dispatch.commands_queue()):
+    if not items_waiting(commands_queue()):
         return NOTHING
     # redis-py's lock, through django-redis: released only by the poll that holds it (a token),
     # kept where the renewing thread sees it too (not thread-local).
@@ -123,7 +127,7 @@ def poll() -> dict:
 
 @shared_task(name="commands.recover")
 def recover() -> dict:
-    summary = dispatch.recover()
+    summary = recovery.recover()
     if summary.items_requeued or summary.lost_requeued:
         consume_after_commit()
     return {

@@ -10,7 +10,7 @@ is 503 ``unavailable`` with ``Retry-After`` — never a 500. The REST API's erro
 ``answer_unreachable``) both use it, so every database read on their way is covered, the ones
 behind a cache included. What it does not know: whether a write of the failed request reached the
 database. Its text says so for a request that may change something; the intake, which knows how
-far its own write got, answers for itself (``commands.intake``).
+far its own write got, answers for itself (``commands.intake.write``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from django.db import migrations
 
 
 def create_groups(apps, schema_editor):
-    from commands import staff_groups
+    from commands.staff import staff_groups
 
     staff_groups.sync(apps)
 

@@ -1,11 +1,11 @@
-"""``{% ankusa_dashboard %}``: the admin index's dashboard (``commands.dashboard``), for staff who may
+"""``{% ankusa_dashboard %}``: the admin index's dashboard (``commands.staff.dashboard``), for staff who may
 see commands. A template tag rather than a custom index view, so the site's URLs stay as they are."""
 
 from __future__ import annotations
 
 from django import template
 
-from commands.dashboard import dashboard
+from commands.staff.dashboard import dashboard
 
 register = template.Library()
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from commands.hooks import forget_routes
+from commands.intake.hooks import forget_routes
+from commands.intake.signatures import build_verifier
 from commands.models import Command, Connector, Source
-from commands.signatures import build_verifier
 from limits.models import Tenant
 from limits.store import forget_store
 from tests.commands.sink import Sink

@@ -14,7 +14,7 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
-    from commands import dispatch
+    from commands.dispatch.sweep import sweep
     from commands.models import Command, Connector
     from limits.models import Tenant
 
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> None:
     for n in range(count):
         Command.objects.create(tenant=tenant, connector=connector, payload={"n": n})
     if "--sweep" in argv:
-        print(f"queued {dispatch.sweep().taken}")
+        print(f"queued {sweep().taken}")
 
 
 if __name__ == "__main__":

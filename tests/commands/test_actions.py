@@ -1,4 +1,4 @@
-"""Staff actions (``commands.actions``): the dry run's breakdown, the guards, the compare-and-set,
+"""Staff actions (``commands.staff.actions``): the dry run's breakdown, the guards, the compare-and-set,
 the audit row, the spread of a bulk resend, and a resend going out once through the real loop."""
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import connections
 
-from commands import actions, dispatch
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.rounds import run_round
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Attempt, AuditEntry, Command
 from commands.retry import Outlook, SkipReason
+from commands.staff import actions
 from commands.states import State
 from limits.authentication import TenantClient
 from limits.models import ApiToken
@@ -223,15 +226,15 @@ def test_the_resend_guard_is_repeated_at_write_time(failed, staff):
 def test_a_resent_non_idempotent_command_goes_out_once_then_waits_for_a_person_again(
     make_connector, make_command, staff, sink
 ):
-    queue = get_queue(dispatch.QUEUE_NAME)
+    queue = get_queue(QUEUE_NAME)
     queue.flush()
     sink.respond = script(503, 503)
     command = make_command(make_connector(url=sink.url), {"order": "A-1"})
     with (
         time_machine.travel(T0, tick=False) as clock,
-        dispatch.Dispatcher(concurrency=2, queue=queue) as loop,
+        Dispatcher(concurrency=2, queue=queue) as loop,
     ):
-        dispatch.run_round(loop)
+        run_round(loop)
         command.refresh_from_db()
         assert (command.state, command.skip_reason) == (State.FAILED, SkipReason.NOT_IDEMPOTENT)
 
@@ -245,7 +248,7 @@ def test_a_resent_non_idempotent_command_goes_out_once_then_waits_for_a_person_a
             reason="receiver says it never arrived",
         )
         clock.move_to(T0 + timedelta(seconds=1))
-        dispatch.run_round(loop)
+        run_round(loop)
         assert len(sink.received) == 2
         command.refresh_from_db()
         # It failed again: the resend is spent, and it waits for a person, not for the machine.
@@ -259,7 +262,7 @@ def test_a_resent_non_idempotent_command_goes_out_once_then_waits_for_a_person_a
         assert (manual.manual, manual.manual_by) == (True, admin)
         for minutes in (1, 10, 60):
             clock.move_to(T0 + timedelta(minutes=minutes))
-            dispatch.run_round(loop)
+            run_round(loop)
         assert len(sink.received) == 2
 
 
@@ -267,7 +270,7 @@ def test_a_resent_non_idempotent_command_goes_out_once_then_waits_for_a_person_a
 
 RESEND_SNIPPET = """
 from django.contrib.auth.models import User
-from commands import actions
+from commands.staff import actions
 from commands.models import Command
 try:
     done = actions.perform("resend", Command.objects.filter(pk={pk}), user=User.objects.get(username="admin"),

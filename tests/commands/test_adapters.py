@@ -11,9 +11,9 @@ import threading
 import pytest
 import urllib3
 
-from commands import adapters
-from commands.adapters import http
-from commands.adapters.http import default_outlook, outlook_for
+from commands.dispatch import adapters
+from commands.dispatch.adapters import http
+from commands.dispatch.adapters.http import default_outlook, outlook_for
 from commands.retry import Outlook
 from tests.commands.sink import script
 
@@ -351,11 +351,11 @@ def test_dispatch_records_an_unsendable_secret_as_after_fix_without_quoting_it(
 ):
     from django.core.management import call_command
 
-    from commands import dispatch
+    from commands.lifecycle import QUEUE_NAME
     from commands.models import Attempt
     from queues.backends import get_queue
 
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
     connector = make_connector(url="http://127.0.0.1:1/", secret_header="Authorization", secret="Bearer ok")
     command = make_command(stored_without_validation(connector, secret="Bearer topsecretvalue\r\nX-Evil: 1"))
     with caplog.at_level(logging.DEBUG):

@@ -1,5 +1,5 @@
 """Staff actions through the admin: a dry run first, state changes only by a confirmed POST, and each
-group allowed exactly what ``commands.staff_groups`` grants."""
+group allowed exactly what ``commands.staff.staff_groups`` grants."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from commands import actions
 from commands.models import Attempt, AuditEntry, Command
+from commands.staff import actions
 from commands.states import State
 from tests.commands.staff import login_as, make_failed
 
@@ -74,7 +74,7 @@ def test_a_resend_needing_an_override_is_offered_only_to_who_may_override(client
     login_as(client, "admin", "ops-admin")
     html = page_of(client, command)
     assert offered(html) == ["resend", "cancel"]
-    # The dry run's own words (commands.actions), for the one command.
+    # The dry run's own words (commands.staff.actions), for the one command.
     assert f"dry run: {actions.plan('resend', Command.objects.filter(pk=command.pk)).summary()}" in html
     assert "need an override" in html
 

@@ -13,8 +13,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from commands import connector_glance
 from commands.models import Attempt, Command
+from commands.staff import connector_glance
 from commands.states import State
 from tests.commands.staff import make_failed
 

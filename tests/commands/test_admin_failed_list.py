@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from commands.admin_lists import CappedPaginator
 from commands.models import Command, Connector
+from commands.staff.admin_lists import CappedPaginator
 from commands.states import State
 from limits.models import Tenant
 from tests.commands.staff import login_as, make_failed

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 from django.utils.html import escape
 
-from commands.explain import SKIP_REASONS, explain
+from commands.staff.explain import SKIP_REASONS, explain
 from tests.commands.staff import make_failed
 
 

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from commands import search
 from commands.models import Command, Connector
+from commands.staff import search
 from limits.models import Tenant
 from tests.commands.staff import make_failed
 

@@ -1,4 +1,4 @@
-"""REST staff actions: the same guards, dry run and audit as the admin, through commands.actions."""
+"""REST staff actions: the same guards, dry run and audit as the admin, through commands.staff.actions."""
 
 from __future__ import annotations
 

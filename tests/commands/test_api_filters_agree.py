@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from commands.explain import AFTER_FIX, NO_REASON, RESEND_PENDING
 from commands.models import Connector
 from commands.retry import SkipReason
+from commands.staff.explain import AFTER_FIX, NO_REASON, RESEND_PENDING
 from limits.models import Tenant
 from tests.commands.staff import login_as, make_failed
 from tests.staff import api_client, staff_user

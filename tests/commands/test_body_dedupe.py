@@ -16,8 +16,8 @@ from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from commands.intake.signatures import build_verifier
 from commands.models import Delivery, Source
-from commands.signatures import build_verifier
 from tests.commands.conftest import HOOK_SECRET
 
 NOW = datetime(2026, 9, 2, 9, 0, tzinfo=UTC)

@@ -26,7 +26,7 @@ from django.contrib.auth.models import Group, User
 from django.db import connections
 from django.utils import timezone
 
-from commands import heartbeat
+from commands.dispatch import heartbeat
 from commands.models import Attempt, AuditEntry, Command, Connector, DispatcherHeartbeat
 from commands.states import State
 from limits.models import Tenant

@@ -11,7 +11,10 @@ import pytest
 from django.conf import settings
 from django.core.cache import caches
 
-from commands import dispatch, tasks
+from commands import tasks
+from commands.dispatch.sends import WORKER_LOST
+from commands.dispatch.sweep import sweep
+from commands.lifecycle import QUEUE_NAME, commands_queue, item_payload
 from commands.models import Command
 from commands.states import State
 from queues.backends import get_queue
@@ -60,7 +63,7 @@ def test_celery_worker_and_beat_run_a_task_from_a_venv_of_the_runtime_requiremen
     }
     assert subprocess.run([python, "-c", "import pytest"], env=env, capture_output=True).returncode != 0
 
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
     command = make_command(make_connector(kind="log"))
     running = [worker(python, env, "runtime"), beat(python, env, tmp_path)]
     try:
@@ -81,10 +84,10 @@ def test_celery_worker_and_beat_run_a_task_from_a_venv_of_the_runtime_requiremen
 def test_a_celery_worker_killed_while_it_drains_stalls_the_other_for_seconds_only(
     make_connector, make_command, redis_client, service_env, sink, tmp_path
 ):
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
     connector = make_connector(url=sink.url)
     commands = [make_command(connector, {"order": n}) for n in range(24)]
-    dispatch.sweep()  # queued with their items, as intake leaves them: only polls drain them
+    sweep()  # queued with their items, as intake leaves them: only polls drain them
     sink.respond = gate = Gate()
     env = {
         **service_env,
@@ -129,15 +132,15 @@ def test_a_celery_worker_killed_while_it_drains_stalls_the_other_for_seconds_onl
     # The four the killed worker was sending: nobody knows whether they went out.
     assert Command.objects.filter(state=State.SUCCEEDED).count() == len(commands) - 4
     assert set(Command.objects.filter(state=State.FAILED).values_list("last_error_class", flat=True)) == {
-        dispatch.WORKER_LOST
+        WORKER_LOST
     }
 
 
 def test_a_poll_keeps_its_short_lock_while_its_drain_runs_and_releases_it_after(
     redis_client, make_connector, make_command, monkeypatch
 ):
-    get_queue(dispatch.QUEUE_NAME).flush()
-    dispatch.commands_queue().enqueue(dispatch.item_payload(make_command(make_connector(kind="log")).pk, 1))
+    get_queue(QUEUE_NAME).flush()
+    commands_queue().enqueue(item_payload(make_command(make_connector(kind="log")).pk, 1))
     monkeypatch.setattr(tasks, "POLL_LOCK_TTL_S", 0.3)
     left = []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from commands import adapters
+from commands.dispatch import adapters
 from commands.models import Connector
 
 

@@ -8,7 +8,11 @@ import threading
 import pytest
 from django.core.exceptions import ValidationError
 
-from commands import dispatch
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.senders import _Senders
+from commands.dispatch.sends import _Entry
+from commands.dispatch.sweep import sweep
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Connector
 from commands.states import State
 from queues.backends import get_queue
@@ -19,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def queue(db):
-    q = get_queue(dispatch.QUEUE_NAME)
+    q = get_queue(QUEUE_NAME)
     q.flush()
     return q
 
@@ -29,29 +33,29 @@ def test_a_connectors_own_cap_replaces_the_site_default_both_ways(make_connector
     narrow = make_connector("narrow", url=sink.url, max_in_flight=2)
     for _ in range(10):
         make_command(narrow)
-    dispatch.sweep()
-    with dispatch.Dispatcher(concurrency=8, per_connector=4, queue=queue) as dispatcher:
+    sweep()
+    with Dispatcher(concurrency=8, per_connector=4, queue=queue) as dispatcher:
         assert dispatcher.drain().results == {"succeeded": 10}
     assert sink.max_in_flight == 2
     wide = make_connector("wide", url=sink.url, max_in_flight=6)
     for _ in range(12):
         make_command(wide)
     sink.max_in_flight = 0
-    dispatch.sweep()
-    with dispatch.Dispatcher(concurrency=8, per_connector=4, queue=queue) as dispatcher:
+    sweep()
+    with Dispatcher(concurrency=8, per_connector=4, queue=queue) as dispatcher:
         assert dispatcher.drain().results == {"succeeded": 12}
     assert sink.max_in_flight == 6
 
 
-def waiting(connector: Connector, count: int) -> list[dispatch._Entry]:
+def waiting(connector: Connector, count: int) -> list[_Entry]:
     command = Command(pk=1, connector=connector, state=State.QUEUED)
-    return [dispatch._Entry(Item(id=n, payload={}, enqueued_at=None), command, 1) for n in range(count)]
+    return [_Entry(Item(id=n, payload={}, enqueued_at=None), command, 1) for n in range(count)]
 
 
 def test_a_connectors_rate_spaces_its_sends_and_leaves_the_others_alone(make_connector):
     paced = make_connector("paced", kind="log", max_per_s=4, max_in_flight=10)
     free = make_connector("free", kind="log", max_in_flight=10)
-    senders = dispatch._Senders(0, 10, threading.Event(), recorder=None)
+    senders = _Senders(0, 10, threading.Event(), recorder=None)
     now = [100.0]
     senders.clock = lambda: now[0]
     senders.waiting.extend(waiting(paced, 3) + waiting(free, 2))
@@ -72,8 +76,8 @@ def test_a_rate_holds_the_senders_of_a_real_drain(make_connector, make_command, 
     paced = make_connector("paced", url=sink.url, max_per_s=20)
     for _ in range(6):
         make_command(paced)
-    dispatch.sweep()
-    with dispatch.Dispatcher(concurrency=4, per_connector=4, queue=queue) as dispatcher:
+    sweep()
+    with Dispatcher(concurrency=4, per_connector=4, queue=queue) as dispatcher:
         assert dispatcher.drain().results == {"succeeded": 6}
     assert sink.max_in_flight == 1  # one every 50 ms against an answer of microseconds
 

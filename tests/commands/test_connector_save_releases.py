@@ -12,7 +12,8 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
-from commands import dispatch
+from commands.dispatch.dispatcher import Dispatcher, drain_waiting
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Command
 from commands.states import State
 from queues.backends import get_queue
@@ -28,15 +29,15 @@ GOING = "1 of its commands will now go: queued now, sent within the dispatch pol
 
 @pytest.fixture
 def queue():
-    commands = get_queue(dispatch.QUEUE_NAME)
+    commands = get_queue(QUEUE_NAME)
     commands.flush()
     return commands
 
 
 def poll(queue) -> None:
     """What the loop does between rounds every ANKUSA_DISPATCH_POLL_S: drain what waits, no sweep."""
-    with dispatch.Dispatcher(concurrency=2, queue=queue) as loop:
-        assert dispatch.drain_waiting(loop) is not None
+    with Dispatcher(concurrency=2, queue=queue) as loop:
+        assert drain_waiting(loop) is not None
 
 
 def test_declaring_idempotency_in_the_admin_sends_a_parked_not_idempotent_command_at_the_next_poll(

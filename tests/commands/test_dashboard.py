@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from commands.dashboard import attempt_hours, outcome_chart
 from commands.models import Attempt, Command
+from commands.staff.dashboard import attempt_hours, outcome_chart
 from commands.states import State
 from tests.commands.staff import login_as, make_failed
 

@@ -13,8 +13,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from commands.models import Command, Connector, Source
+from commands.staff.views import demo_receiver
 from commands.states import State
-from commands.views import demo_receiver
 from limits.models import ApiToken
 
 

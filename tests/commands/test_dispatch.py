@@ -11,7 +11,13 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from commands import dispatch
+from commands.dispatch import recovery
+from commands.dispatch.dispatcher import Dispatcher, DrainSummary
+from commands.dispatch.recovery import recover, recovery_line
+from commands.dispatch.rounds import RoundSummary, run_round
+from commands.dispatch.sends import WORKER_LOST
+from commands.dispatch.sweep import sweep
+from commands.lifecycle import QUEUE_NAME, item_payload
 from commands.models import Attempt, Command
 from commands.retry import Outlook, SkipReason
 from commands.states import Event, State
@@ -27,7 +33,7 @@ VISIBILITY = timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S)
 
 @pytest.fixture
 def queue(db):
-    q = get_queue(dispatch.QUEUE_NAME)
+    q = get_queue(QUEUE_NAME)
     q.flush()
     return q
 
@@ -40,18 +46,18 @@ def clock():
 
 @pytest.fixture
 def dispatcher(queue):
-    with dispatch.Dispatcher(concurrency=4, per_connector=4, queue=queue) as running:
+    with Dispatcher(concurrency=4, per_connector=4, queue=queue) as running:
         yield running
 
 
-def round_at(dispatcher, clock, when: datetime) -> dispatch.RoundSummary:
+def round_at(dispatcher, clock, when: datetime) -> RoundSummary:
     clock.move_to(when)
-    return dispatch.run_round(dispatcher)
+    return run_round(dispatcher)
 
 
 def test_sweep_queues_an_approved_command_for_its_first_attempt(make_connector, make_command, queue, clock):
     command = make_command(make_connector(kind="log"))
-    summary = dispatch.sweep()
+    summary = sweep()
     assert (summary.taken, summary.skipped) == (1, {})
     command.refresh_from_db()
     assert (command.state, command.attempts, command.next_attempt_at) == (
@@ -66,7 +72,7 @@ def test_sweep_writes_the_skip_reason_and_leaves_the_command_where_it_is(
     make_connector, make_command, queue, clock
 ):
     command = make_command(make_connector(), state=State.FAILED, attempts=1, last_outlook=Outlook.AGAIN)
-    assert dispatch.sweep().skipped == {SkipReason.NOT_IDEMPOTENT: 1}
+    assert sweep().skipped == {SkipReason.NOT_IDEMPOTENT: 1}
     command.refresh_from_db()
     assert (command.state, command.skip_reason, command.skip_decided_at) == (
         State.FAILED,
@@ -75,14 +81,14 @@ def test_sweep_writes_the_skip_reason_and_leaves_the_command_where_it_is(
     )
     assert queue.length("main") == 0
     # Parked: the next sweep does not even look at it.
-    assert dispatch.sweep().skipped == {}
+    assert sweep().skipped == {}
 
 
 def test_a_round_sends_an_approved_command_and_records_the_attempt(
     make_connector, make_command, dispatcher, clock, sink
 ):
     command = make_command(make_connector(url=sink.url), {"order": "A-1"})
-    summary = dispatch.run_round(dispatcher)
+    summary = run_round(dispatcher)
     assert (summary.swept.taken, summary.drained.claimed, summary.drained.results) == (1, 1, {"succeeded": 1})
     command.refresh_from_db()
     assert (command.state, command.attempts, command.next_attempt_at, command.skip_reason) == (
@@ -214,7 +220,7 @@ def test_a_configuration_problem_is_after_fix_without_sending(
     make_connector, make_command, dispatcher, clock, sink
 ):
     command = make_command(make_connector(url="", idempotent=True))
-    dispatch.run_round(dispatcher)
+    run_round(dispatcher)
     command.refresh_from_db()
     assert (command.state, command.last_outlook, command.last_error_class, command.last_error) == (
         State.FAILED,
@@ -240,9 +246,9 @@ def test_a_command_whose_worker_died_mid_send_is_failed_with_no_outlook_and_neve
     command = make_command(make_connector(url=sink.url, idempotent=True), state=State.QUEUED, attempts=0)
     # The start of a send, as a worker that died during it leaves it:
     Command.objects.filter(pk=command.pk).transition(State.QUEUED, Event.START, timezone.now(), attempts=1)
-    assert dispatch.recover().worker_lost == 0  # not yet past the visibility timeout
+    assert recover().worker_lost == 0  # not yet past the visibility timeout
     clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
-    assert dispatch.recover().worker_lost == 1
+    assert recover().worker_lost == 1
     command.refresh_from_db()
     assert (command.state, command.last_outlook, command.skip_reason, command.last_error_class) == (
         State.FAILED,
@@ -266,10 +272,10 @@ def test_a_queued_command_that_lost_its_item_is_enqueued_again_and_sent_once(
     make_connector, make_command, dispatcher, clock, sink
 ):
     command = make_command(make_connector(url=sink.url), state=State.QUEUED, state_changed_at=T0)
-    assert dispatch.recover().lost_requeued == 0  # it may still be on its way to the queue
+    assert recover().lost_requeued == 0  # it may still be on its way to the queue
     clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
-    assert dispatch.recover().lost_requeued == 1
-    assert dispatch.recover().lost_requeued == 0  # once, not every round
+    assert recover().lost_requeued == 1
+    assert recover().lost_requeued == 0  # once, not every round
     dispatcher.drain()
     command.refresh_from_db()
     assert (command.state, command.attempts) == (State.SUCCEEDED, 1)
@@ -283,9 +289,9 @@ def test_a_queued_command_is_lost_only_when_every_item_still_waiting_came_after_
     clock.move_to(T0 - timedelta(seconds=10))
     queue.enqueue({"command": 0, "attempt": 1})  # older than the command: its item may wait behind it
     clock.move_to(T0 + VISIBILITY * 2)
-    assert dispatch.recover().lost_requeued == 0
+    assert recover().lost_requeued == 0
     queue.done(*queue.claim(1))
-    assert dispatch.recover().lost_requeued == 1
+    assert recover().lost_requeued == 1
 
 
 def test_recovery_settles_a_backlog_in_batches_and_stops_at_its_bound(
@@ -301,16 +307,16 @@ def test_recovery_settles_a_backlog_in_batches_and_stops_at_its_bound(
         asked.append(1)
         return len(asked) > 3
 
-    summary = dispatch.recover(queue=queue, until=until, batch=2)
+    summary = recover(queue=queue, until=until, batch=2)
     assert (summary.worker_lost, summary.items_requeued, summary.lost_requeued, summary.complete) == (
         5,
         0,
         0,
         False,
     )
-    assert "stopped at its bound" in dispatch.recovery_line(summary)
-    assert Attempt.objects.filter(error_class=dispatch.WORKER_LOST).count() == 5
-    summary = dispatch.recover(queue=queue, batch=2)
+    assert "stopped at its bound" in recovery_line(summary)
+    assert Attempt.objects.filter(error_class=WORKER_LOST).count() == 5
+    summary = recover(queue=queue, batch=2)
     assert (summary.worker_lost, summary.lost_requeued, summary.complete) == (0, 5, True)
     assert sorted(item.payload["command"] for item in queue.peek("main", 10)) == [c.pk for c in stranded]
     assert set(Command.objects.filter(pk__in=[c.pk for c in lost_sends]).values_list("state", flat=True)) == {
@@ -326,20 +332,20 @@ def test_a_round_recovers_no_further_than_its_max_seconds(
         make_command(connector, state=State.QUEUED, state_changed_at=T0)
     clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
     ticks = iter(range(0, 1000, 10))  # the round's clock: ten seconds pass between two looks at it
-    monkeypatch.setattr(dispatch, "RECOVER_BATCH", 1)
-    with dispatch.Dispatcher(concurrency=1, queue=queue) as dispatcher:
-        monkeypatch.setattr(dispatch.Dispatcher, "drain", lambda self, **options: dispatch.DrainSummary())
+    monkeypatch.setattr(recovery, "RECOVER_BATCH", 1)
+    with Dispatcher(concurrency=1, queue=queue) as dispatcher:
+        monkeypatch.setattr(Dispatcher, "drain", lambda self, **options: DrainSummary())
         # Looked at before each batch: lost sends (10 s), expired items (20 s), lost items (30, 40,
         # 50 s): the bound of 45 s stops it after two of the three.
-        summary = dispatch.run_round(dispatcher, max_seconds=45, clock=lambda: next(ticks))
+        summary = run_round(dispatcher, max_seconds=45, clock=lambda: next(ticks))
     assert (summary.recovered.lost_requeued, summary.recovered.complete) == (2, False)
     assert queue.length("main") == 2
 
 
 def test_duplicate_and_stale_items_send_a_command_once(make_connector, make_command, dispatcher, clock, sink):
     command = make_command(make_connector(url=sink.url))
-    dispatch.sweep()
-    dispatcher.queue.enqueue(dispatch.item_payload(command.pk, 1), dispatch.item_payload(command.pk, 1))
+    sweep()
+    dispatcher.queue.enqueue(item_payload(command.pk, 1), item_payload(command.pk, 1))
     dispatcher.queue.enqueue({"command": 10**9, "attempt": 1}, {"bogus": True})
     summary = dispatcher.drain()
     assert summary.results == {"succeeded": 1, "stale": 2}
@@ -355,16 +361,16 @@ def test_sends_run_concurrently_but_never_more_than_the_cap_per_connector(
     slow, other = make_connector(url=sink.url), make_connector("other", url=sink.url)
     for _ in range(12):
         make_command(slow)
-    dispatch.sweep()
-    with dispatch.Dispatcher(concurrency=8, per_connector=3, queue=queue) as dispatcher:
+    sweep()
+    with Dispatcher(concurrency=8, per_connector=3, queue=queue) as dispatcher:
         dispatcher.drain()
     assert sink.max_in_flight == 3
     for _ in range(12):
         make_command(slow)
         make_command(other)
     sink.max_in_flight = 0
-    dispatch.sweep()
-    with dispatch.Dispatcher(concurrency=8, per_connector=3, queue=queue) as dispatcher:
+    sweep()
+    with Dispatcher(concurrency=8, per_connector=3, queue=queue) as dispatcher:
         dispatcher.drain()
     assert sink.max_in_flight == 6
     assert Command.objects.filter(state=State.SUCCEEDED).count() == 36
@@ -388,8 +394,8 @@ def test_a_command_is_started_only_when_a_sender_thread_is_free_for_it(
         connector = make_connector(f"c{n}", url=sink.url)
         for _ in range(4):
             make_command(connector)
-    dispatch.sweep()
-    with dispatch.Dispatcher(concurrency=3, per_connector=3, queue=queue) as dispatcher:
+    sweep()
+    with Dispatcher(concurrency=3, per_connector=3, queue=queue) as dispatcher:
         assert dispatcher.drain().results == {"succeeded": 16}
     # Besides the request in hand, at most the two other threads' requests are on their way.
     assert max(started_not_received) <= 2
@@ -402,8 +408,8 @@ def test_a_stop_finishes_the_sends_in_flight_and_puts_the_rest_back(
     connector = make_connector(url=sink.url)
     for _ in range(10):
         make_command(connector)
-    dispatch.sweep()
-    with dispatch.Dispatcher(concurrency=4, per_connector=2, queue=queue) as dispatcher:
+    sweep()
+    with Dispatcher(concurrency=4, per_connector=2, queue=queue) as dispatcher:
         sink.respond = lambda request, nth: (dispatcher.stop.set(), (200, {}))[1]
         summary = dispatcher.drain()
     assert summary.results == {"succeeded": 2}
@@ -415,10 +421,8 @@ def test_a_stop_finishes_the_sends_in_flight_and_puts_the_rest_back(
 def test_two_dispatchers_in_threads_send_every_command_once(make_connector, make_command, queue, sink):
     connectors = [make_connector(f"c{n}", url=sink.url) for n in range(3)]
     commands = [make_command(connectors[n % 3]) for n in range(60)]
-    dispatch.sweep()
-    dispatchers = [
-        dispatch.Dispatcher(concurrency=4, per_connector=2, batch=5, queue=queue) for _ in range(2)
-    ]
+    sweep()
+    dispatchers = [Dispatcher(concurrency=4, per_connector=2, batch=5, queue=queue) for _ in range(2)]
 
     def drain(dispatcher):
         try:
@@ -440,19 +444,19 @@ def test_two_dispatchers_in_threads_send_every_command_once(make_connector, make
 def test_a_round_on_the_redis_queue_sends_after_commit_and_recovers_lost_items(
     make_connector, make_command, django_redis, clock, sink
 ):
-    queue = get_queue(dispatch.QUEUE_NAME, backend="redis")
+    queue = get_queue(QUEUE_NAME, backend="redis")
     queue.flush()
     connector = make_connector(url=sink.url)
     commands = [make_command(connector) for _ in range(3)]
-    with dispatch.Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
-        summary = dispatch.run_round(dispatcher)
+    with Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
+        summary = run_round(dispatcher)
         assert (summary.swept.taken, summary.drained.results) == (3, {"succeeded": 3})
         assert sink.counts == {str(c.pk): 1 for c in commands}
         assert (queue.length("main"), queue.length("busy")) == (0, 0)
         # A command queued whose enqueue never happened (the process died after the commit):
         lost = make_command(connector, state=State.QUEUED, state_changed_at=T0)
         clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
-        summary = dispatch.run_round(dispatcher)
+        summary = run_round(dispatcher)
     assert summary.recovered.lost_requeued == 1
     lost.refresh_from_db()
     assert (lost.state, sink.counts[str(lost.pk)]) == (State.SUCCEEDED, 1)
@@ -466,7 +470,7 @@ def test_sends_in_flight_hold_no_database_connection_each(make_connector, make_c
         connector = make_connector(f"c{n}", url=sink.url, max_in_flight=8)
         for _ in range(8):
             make_command(connector)
-    dispatch.sweep()
+    sweep()
     connections.close_all()
     opened: list[str] = []
 
@@ -475,7 +479,7 @@ def test_sends_in_flight_hold_no_database_connection_each(make_connector, make_c
 
     connection_created.connect(count)
     try:
-        with dispatch.Dispatcher(concurrency=32, per_connector=1, queue=queue) as dispatcher:
+        with Dispatcher(concurrency=32, per_connector=1, queue=queue) as dispatcher:
             assert dispatcher.drain().results == {"succeeded": 32}
     finally:
         connection_created.disconnect(count)

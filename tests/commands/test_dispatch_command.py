@@ -13,7 +13,10 @@ from django.core.cache import caches
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from commands import dispatch
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.sweep import sweep
+from commands.dispatch.timing import retry_delay
+from commands.lifecycle import QUEUE_NAME, commands_queue, item_payload
 from commands.models import Command, Source
 from commands.states import State
 from queues.backends import get_queue
@@ -25,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def empty_queue(transactional_db):
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
 
 
 def test_once_runs_one_round_and_prints_its_summary(make_connector, make_command):
@@ -123,10 +126,8 @@ def test_between_rounds_the_loop_sends_what_intake_queued_without_waiting_for_a_
 def test_an_empty_queue_between_rounds_starts_no_drain_and_prints_nothing(settings, monkeypatch):
     settings.ANKUSA_DISPATCH_POLL_S = 0.05
     drains = []
-    real = dispatch.Dispatcher.drain
-    monkeypatch.setattr(
-        dispatch.Dispatcher, "drain", lambda self, **kw: drains.append(kw) or real(self, **kw)
-    )
+    real = Dispatcher.drain
+    monkeypatch.setattr(Dispatcher, "drain", lambda self, **kw: drains.append(kw) or real(self, **kw))
     out = io.StringIO()
     call_command("dispatch", "--interval", "60", "--max-seconds", "0.5", stdout=out)
     lines = out.getvalue().splitlines()
@@ -141,7 +142,7 @@ def test_celerys_consume_of_an_empty_queue_starts_no_dispatcher(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a dispatcher was started for an empty queue")
 
-    monkeypatch.setattr(dispatch, "Dispatcher", refuse)
+    monkeypatch.setattr(tasks, "Dispatcher", refuse)
     assert tasks.consume() == {"claimed": 0, "results": {}}
 
 
@@ -162,11 +163,11 @@ def test_a_poll_while_another_poll_drains_starts_no_dispatcher(
 ):
     from commands import tasks
 
-    dispatch.commands_queue().enqueue(dispatch.item_payload(make_command(make_connector(kind="log")).pk, 1))
+    commands_queue().enqueue(item_payload(make_command(make_connector(kind="log")).pk, 1))
     caches["redis"].add(tasks.POLL_LOCK, "another worker's", timeout=30)
     started = []
-    real = dispatch.Dispatcher
-    monkeypatch.setattr(dispatch, "Dispatcher", lambda *a, **kw: started.append(1) or real(*a, **kw))
+    real = Dispatcher
+    monkeypatch.setattr(tasks, "Dispatcher", lambda *a, **kw: started.append(1) or real(*a, **kw))
     assert tasks.poll() == {"claimed": 0, "results": {}, "busy": True}
     assert started == []
     assert caches["redis"].get(tasks.POLL_LOCK) == "another worker's"  # not its to release
@@ -178,7 +179,7 @@ def test_a_poll_with_an_item_waiting_drains_it_and_releases_the_lock(
     from commands import tasks
 
     command = make_command(make_connector(kind="log"))
-    dispatch.sweep()  # queued, with its item, as intake leaves a command it accepts
+    sweep()  # queued, with its item, as intake leaves a command it accepts
     assert tasks.poll() == {"claimed": 1, "results": {"succeeded": 1}}
     command.refresh_from_db()
     assert command.state == State.SUCCEEDED
@@ -193,7 +194,7 @@ def test_a_poll_that_cannot_reach_the_lock_drains_anyway_and_says_so(
     unreachable = {**settings.CACHES["redis"], "LOCATION": "redis://127.0.0.1:1/0"}
     settings.CACHES = {**settings.CACHES, "redis": unreachable}
     command = make_command(make_connector(kind="log"))
-    dispatch.sweep()
+    sweep()
     assert tasks.poll() == {"claimed": 1, "results": {"succeeded": 1}}
     command.refresh_from_db()
     assert command.state == State.SUCCEEDED
@@ -231,8 +232,8 @@ def test_a_failed_drain_is_tried_again_at_the_poll_period_doubling_to_2_s_not_at
 
 
 def test_the_loops_retries_double_from_the_poll_period_up_to_two_seconds():
-    assert [dispatch.retry_delay(n, 0.25) for n in range(1, 7)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
-    assert dispatch.retry_delay(3, 5.0) == 5.0  # a poll period longer than the cap is the pause
+    assert [retry_delay(n, 0.25) for n in range(1, 7)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert retry_delay(3, 5.0) == 5.0  # a poll period longer than the cap is the pause
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])

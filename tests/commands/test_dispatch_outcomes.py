@@ -14,7 +14,17 @@ import time_machine
 from django.conf import settings
 from django.db import OperationalError
 
-from commands import adapters, dispatch, spool
+from commands.dispatch import adapters, rounds, senders, spool
+from commands.dispatch import recorder as recording  # where the recorder looks its writes up
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.recorder import _Recorder, replay_spool
+from commands.dispatch.recovery import RecoverSummary, recover
+from commands.dispatch.rounds import keep_recovering
+from commands.dispatch.sends import WORKER_LOST, Sent, Unstarted, _Entry
+from commands.dispatch.statements import start_sends
+from commands.dispatch.sweep import sweep
+from commands.dispatch.timing import RECORD_RETRY_FIRST_S, retry_delay
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Attempt, Command
 from commands.retry import Outlook, SkipReason
 from commands.states import State
@@ -34,7 +44,7 @@ def var_dir(settings, tmp_path):
 
 @pytest.fixture
 def queue(db):
-    q = get_queue(dispatch.QUEUE_NAME)
+    q = get_queue(QUEUE_NAME)
     q.flush()
     return q
 
@@ -50,12 +60,12 @@ def in_flight(make_connector, make_command, queue):
     """``make(n)``: ``n`` commands sent (dispatching, attempt 1, their items claimed), as
     ``(entry, sent)`` pairs with a 200 outcome, for a recorder to write."""
 
-    def make(count: int = 1, *, ok: bool = True) -> list[tuple[dispatch._Entry, dispatch.Sent]]:
+    def make(count: int = 1, *, ok: bool = True) -> list[tuple[_Entry, Sent]]:
         connector = make_connector()
         commands = [make_command(connector, {"n": n}) for n in range(count)]
-        dispatch.sweep()
+        sweep()
         items = queue.claim(count)
-        assert dispatch.start_sends([(item.payload["command"], 1) for item in items], T0)
+        assert start_sends([(item.payload["command"], 1) for item in items], T0)
         loaded = {command.pk: command for command in Command.objects.filter(pk__in=[c.pk for c in commands])}
         outcome = (
             adapters.Outcome(ok=True, status=200)
@@ -66,8 +76,8 @@ def in_flight(make_connector, make_command, queue):
         for item in items:
             command = loaded[item.payload["command"]]
             command.connector = connector
-            entry = dispatch._Entry(item, command, 1)
-            pairs.append((entry, dispatch.Sent(command, 1, T0, T0 + timedelta(seconds=1), outcome)))
+            entry = _Entry(item, command, 1)
+            pairs.append((entry, Sent(command, 1, T0, T0 + timedelta(seconds=1), outcome)))
         return pairs
 
     return make
@@ -80,7 +90,7 @@ class Refusing:
     def __init__(self, times: int, write: str = "record_outcomes"):
         self.times = times
         self.calls = 0
-        self.real = getattr(dispatch, write)
+        self.real = getattr(recording, write)
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -91,9 +101,9 @@ class Refusing:
 
 def test_outcomes_the_database_refuses_are_written_once_it_takes_them(in_flight, queue, monkeypatch):
     pairs = in_flight(2)
-    monkeypatch.setattr(dispatch, "record_outcomes", refusing := Refusing(times=3))
+    monkeypatch.setattr(recording, "record_outcomes", refusing := Refusing(times=3))
     pauses = []
-    recorder = dispatch._Recorder(queue, pause=lambda failures: pauses.append(failures) or 0)
+    recorder = _Recorder(queue, pause=lambda failures: pauses.append(failures) or 0)
     try:
         for entry, sent in pairs:
             recorder.hand(entry, sent)
@@ -108,35 +118,35 @@ def test_outcomes_the_database_refuses_are_written_once_it_takes_them(in_flight,
 
 
 def test_the_recorders_pause_doubles_from_50_ms_up_to_2_s():
-    pauses = [dispatch.retry_delay(n, dispatch.RECORD_RETRY_FIRST_S) for n in range(1, 9)]
+    pauses = [retry_delay(n, RECORD_RETRY_FIRST_S) for n in range(1, 9)]
     assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
 
 
 def test_an_outcome_not_yet_written_is_not_taken_for_lost(in_flight, queue, monkeypatch, clock):
     (entry, sent), (other_entry, other_sent) = in_flight(2)
-    monkeypatch.setattr(dispatch, "record_outcomes", Refusing(times=10**6))
+    monkeypatch.setattr(recording, "record_outcomes", Refusing(times=10**6))
     stalled = threading.Event()
-    recorder = dispatch._Recorder(queue, pause=lambda failures: stalled.set() or 3600)
+    recorder = _Recorder(queue, pause=lambda failures: stalled.set() or 3600)
     try:
         recorder.hand(entry, sent)
         stalled.wait(10)
         assert recorder.pending_commands() == {sent.command.pk}
         clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
-        recovered = dispatch.recover(queue=queue, pending=recorder.pending_commands())
+        recovered = recover(queue=queue, pending=recorder.pending_commands())
     finally:
         monkeypatch.undo()
         recorder.close()  # the last try lands: the database takes it now
     assert recovered.worker_lost == 1  # the other one, whose worker nobody vouches for
     assert Command.objects.get(pk=sent.command.pk).state == State.SUCCEEDED
-    assert Command.objects.get(pk=other_sent.command.pk).last_error_class == dispatch.WORKER_LOST
+    assert Command.objects.get(pk=other_sent.command.pk).last_error_class == WORKER_LOST
 
 
 def test_a_recorder_that_must_close_while_the_database_refuses_spools_its_outcomes_owner_only(
     in_flight, queue, monkeypatch, var_dir
 ):
     pairs = in_flight(2)
-    monkeypatch.setattr(dispatch, "record_outcomes", Refusing(times=10**6))
-    recorder = dispatch._Recorder(queue, pause=lambda failures: 3600)
+    monkeypatch.setattr(recording, "record_outcomes", Refusing(times=10**6))
+    recorder = _Recorder(queue, pause=lambda failures: 3600)
     for entry, sent in pairs:
         recorder.hand(entry, sent)
     recorder.close()  # one last try, woken from its pause, then the spool
@@ -154,8 +164,8 @@ def test_a_recorder_that_must_close_while_the_database_refuses_spools_its_outcom
 
 def spool_outcomes(pairs, queue, monkeypatch) -> None:
     with monkeypatch.context() as patch:
-        patch.setattr(dispatch, "record_outcomes", Refusing(times=10**6))
-        recorder = dispatch._Recorder(queue, pause=lambda failures: 3600)
+        patch.setattr(recording, "record_outcomes", Refusing(times=10**6))
+        recorder = _Recorder(queue, pause=lambda failures: 3600)
         for entry, sent in pairs:
             recorder.hand(entry, sent)
         recorder.close()
@@ -164,33 +174,33 @@ def spool_outcomes(pairs, queue, monkeypatch) -> None:
 def test_a_spool_is_written_back_whole_and_then_removed(in_flight, queue, monkeypatch):
     pairs = in_flight(2, ok=False)
     spool_outcomes(pairs, queue, monkeypatch)
-    assert dispatch.replay_spool(queue) == {"failed": 2}
+    assert replay_spool(queue) == {"failed": 2}
     assert spool.pending() == []
     rows = Command.objects.values_list("state", "last_outlook", "last_error", "skip_reason")
     # Decided as at once: "again", but the connector is not idempotent, so a person decides.
     assert set(rows) == {(State.FAILED, Outlook.AGAIN, "HTTP 503", SkipReason.NOT_IDEMPOTENT)}
     assert list(Attempt.objects.values_list("number", "status_code", "started_at")) == [(1, 503, T0)] * 2
     assert (queue.length("main"), queue.length("busy")) == (0, 0)
-    assert dispatch.replay_spool(queue) == {}
+    assert replay_spool(queue) == {}
 
 
 def test_a_spool_the_database_refuses_stays_for_the_next_try(in_flight, queue, monkeypatch):
     spool_outcomes(in_flight(1), queue, monkeypatch)
-    monkeypatch.setattr(dispatch, "record_outcomes", Refusing(times=1))
+    monkeypatch.setattr(recording, "record_outcomes", Refusing(times=1))
     with pytest.raises(OperationalError):
-        dispatch.replay_spool(queue)
+        replay_spool(queue)
     assert len(spool.pending()) == 1
-    assert dispatch.replay_spool(queue) == {"succeeded": 1}
+    assert replay_spool(queue) == {"succeeded": 1}
     assert spool.pending() == []
 
 
 def test_a_drain_writes_the_spool_back_before_it_claims_anything(in_flight, queue, monkeypatch):
     pairs = in_flight(1)
     spool_outcomes(pairs, queue, monkeypatch)
-    monkeypatch.setattr(dispatch, "record_outcomes", Refusing(times=1))
+    monkeypatch.setattr(recording, "record_outcomes", Refusing(times=1))
     claims = []
     monkeypatch.setattr(queue, "claim", lambda *a, **kw: claims.append(a) or [])
-    with dispatch.Dispatcher(concurrency=1, queue=queue) as dispatcher:
+    with Dispatcher(concurrency=1, queue=queue) as dispatcher:
         with pytest.raises(OperationalError):
             dispatcher.drain()
         assert claims == []  # the spool first, or nothing
@@ -205,11 +215,11 @@ def test_a_spooled_outcome_wins_over_a_recovery_that_took_the_send_for_lost(
     [(entry, sent)] = in_flight(1)
     spool_outcomes([(entry, sent)], queue, monkeypatch)
     clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
-    assert dispatch.recover(queue=queue).worker_lost == 1
+    assert recover(queue=queue).worker_lost == 1
     lost = Command.objects.get(pk=sent.command.pk)
     assert (lost.state, lost.skip_reason) == (State.FAILED, SkipReason.OUTLOOK_UNKNOWN)
 
-    assert dispatch.replay_spool(queue) == {"succeeded": 1}
+    assert replay_spool(queue) == {"succeeded": 1}
     command = Command.objects.get(pk=sent.command.pk)
     assert (command.state, command.skip_reason, command.last_error_class) == (State.SUCCEEDED, "", "")
     assert list(Attempt.objects.values_list("number", "ok", "error_class")) == [(1, True, "")]
@@ -221,11 +231,11 @@ def test_a_late_outcome_leaves_a_command_that_moved_on_since_its_recovery_alone(
     [(entry, sent)] = in_flight(1)
     spool_outcomes([(entry, sent)], queue, monkeypatch)
     clock.move_to(T0 + VISIBILITY + timedelta(seconds=1))
-    dispatch.recover(queue=queue)
+    recover(queue=queue)
     Command.objects.filter(pk=sent.command.pk).update(state=State.CANCELLED)  # a person decided
-    assert dispatch.replay_spool(queue) == {"stale": 1}
+    assert replay_spool(queue) == {"stale": 1}
     assert Command.objects.get(pk=sent.command.pk).state == State.CANCELLED
-    assert list(Attempt.objects.values_list("error_class", flat=True)) == [dispatch.WORKER_LOST]
+    assert list(Attempt.objects.values_list("error_class", flat=True)) == [WORKER_LOST]
 
 
 def test_two_dispatchers_on_one_node_write_a_spool_back_once(in_flight, queue, monkeypatch):
@@ -233,7 +243,7 @@ def test_two_dispatchers_on_one_node_write_a_spool_back_once(in_flight, queue, m
     [path] = spool.pending()
     with spool.replaying(path) as records:
         assert len(records) == 1
-        assert dispatch.replay_spool(queue) == {}  # held by the first: skipped
+        assert replay_spool(queue) == {}  # held by the first: skipped
         with spool.replaying(path) as again:
             assert again is None
     assert not path.exists()
@@ -250,12 +260,12 @@ def test_recovery_runs_every_period_and_backs_off_while_it_fails(queue, monkeypa
         failure = next(outcomes)
         if failure is not None:
             raise failure
-        return dispatch.RecoverSummary(worker_lost=1)
+        return RecoverSummary(worker_lost=1)
 
-    monkeypatch.setattr(dispatch, "recover", recovering)
+    monkeypatch.setattr(rounds, "recover", recovering)
     waits, reports = [], []
-    with dispatch.Dispatcher(queue=queue) as dispatcher:
-        dispatch.keep_recovering(
+    with Dispatcher(queue=queue) as dispatcher:
+        keep_recovering(
             dispatcher,
             threading.Event(),
             every=0.5,
@@ -264,26 +274,26 @@ def test_recovery_runs_every_period_and_backs_off_while_it_fails(queue, monkeypa
         )
     assert waits == [0.5, 0.5, 1.0, 0.5]
     assert calls == [set()] * 4
-    assert reports == [dispatch.RecoverSummary(worker_lost=1)] * 2
+    assert reports == [RecoverSummary(worker_lost=1)] * 2
 
 
 def test_a_start_that_committed_unseen_is_undone_and_sent_once_later(
     make_connector, make_command, queue, monkeypatch
 ):
     command = make_command(make_connector(kind="log"))
-    dispatch.sweep()
-    real = dispatch.start_sends
+    sweep()
+    real = start_sends
 
     def answer_lost(wanted, now):  # the commit lands, its answer does not
         real(wanted, now)
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(dispatch, "start_sends", answer_lost)
-    with dispatch.Dispatcher(concurrency=1, queue=queue) as dispatcher:
+    monkeypatch.setattr(senders, "start_sends", answer_lost)
+    with Dispatcher(concurrency=1, queue=queue) as dispatcher:
         assert dispatcher.drain().results == {"unstarted": 1}
         assert Command.objects.get(pk=command.pk).state == State.QUEUED
         assert (queue.length("main"), queue.length("busy")) == (1, 0)
-        monkeypatch.setattr(dispatch, "start_sends", real)
+        monkeypatch.setattr(senders, "start_sends", real)
         assert dispatcher.drain().results == {"succeeded": 1}
     command.refresh_from_db()
     assert (command.state, command.attempts) == (State.SUCCEEDED, 1)
@@ -294,17 +304,17 @@ def test_the_starts_a_closing_recorder_could_not_undo_are_undone_from_the_spool(
     make_connector, make_command, queue, monkeypatch
 ):
     command = make_command(make_connector(kind="log"))
-    dispatch.sweep()
+    sweep()
     [item] = queue.claim(1)
-    assert dispatch.start_sends([(command.pk, 1)], T0) == {(command.pk, 1)}  # committed unseen
-    entry = dispatch._Entry(item, Command.objects.get(pk=command.pk), 1)
+    assert start_sends([(command.pk, 1)], T0) == {(command.pk, 1)}  # committed unseen
+    entry = _Entry(item, Command.objects.get(pk=command.pk), 1)
     with monkeypatch.context() as patch:
-        patch.setattr(dispatch, "undo_starts", Refusing(times=10**6, write="undo_starts"))
-        recorder = dispatch._Recorder(queue, pause=lambda failures: 3600)
-        recorder.hand(entry, dispatch.Unstarted(T0))
+        patch.setattr(recording, "undo_starts", Refusing(times=10**6, write="undo_starts"))
+        recorder = _Recorder(queue, pause=lambda failures: 3600)
+        recorder.hand(entry, Unstarted(T0))
         recorder.close()
     assert Command.objects.get(pk=command.pk).state == State.DISPATCHING
-    assert dispatch.replay_spool(queue) == {}
+    assert replay_spool(queue) == {}
     assert (Command.objects.get(pk=command.pk).state, queue.length("main")) == (State.QUEUED, 1)
 
 
@@ -313,21 +323,21 @@ def test_starts_refused_by_a_full_database_strand_no_command_and_each_is_sent_on
 ):
     connector = make_connector(url=sink.url)
     commands = [make_command(connector, {"n": n}) for n in range(12)]
-    dispatch.sweep()
-    real = dispatch.start_sends
+    sweep()
+    real = start_sends
 
     def too_many_clients(wanted, now):  # half the statements commit unseen, half never run
         if len(wanted) % 2:
             real(wanted, now)
         raise OperationalError("FATAL: sorry, too many clients already")
 
-    monkeypatch.setattr(dispatch, "start_sends", too_many_clients)
-    with dispatch.Dispatcher(concurrency=4, per_connector=4, queue=queue) as dispatcher:
+    monkeypatch.setattr(senders, "start_sends", too_many_clients)
+    with Dispatcher(concurrency=4, per_connector=4, queue=queue) as dispatcher:
         assert dispatcher.drain().results == {"unstarted": 12}
         # Every command waits queued with its item back in main, at once: none waits for recovery.
         assert set(Command.objects.values_list("state", "attempts")) == {(State.QUEUED, 0)}
         assert (queue.length("main"), queue.length("busy")) == (12, 0)
         assert sorted(item.payload["command"] for item in queue.peek("main", 20)) == [c.pk for c in commands]
-        monkeypatch.setattr(dispatch, "start_sends", real)
+        monkeypatch.setattr(senders, "start_sends", real)
         assert dispatcher.drain().results == {"succeeded": 12}
     assert sink.counts == {str(c.pk): 1 for c in commands}

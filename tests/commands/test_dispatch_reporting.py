@@ -10,7 +10,9 @@ import pytest
 import time_machine
 from prometheus_client import REGISTRY
 
-from commands import dispatch
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.rounds import run_round
+from commands.lifecycle import QUEUE_NAME
 from commands.retry import Outlook
 from commands.states import State
 from queues.backends import get_queue
@@ -27,9 +29,9 @@ def sample(name: str, **labels) -> float:
 
 @pytest.fixture
 def dispatcher():
-    queue = get_queue(dispatch.QUEUE_NAME)
+    queue = get_queue(QUEUE_NAME)
     queue.flush()
-    with time_machine.travel(T0, tick=False), dispatch.Dispatcher(concurrency=2, queue=queue) as running:
+    with time_machine.travel(T0, tick=False), Dispatcher(concurrency=2, queue=queue) as running:
         yield running
 
 
@@ -47,7 +49,7 @@ def test_a_successful_send_is_one_dispatched_line_and_counted(
         sample("ankusa_dispatch_round_seconds_count"),
     )
     with caplog.at_level(logging.INFO, logger="ankusa.commands.dispatch"):
-        dispatch.run_round(dispatcher)
+        run_round(dispatcher)
     assert sample("ankusa_dispatch_attempts_total", **ok) == before + 1
     assert sample("ankusa_dispatch_round_seconds_count") == rounds + 1
     assert sample("ankusa_dispatch_latency_seconds_count", kind="log") >= 1
@@ -63,7 +65,7 @@ def test_a_failed_send_is_logged_with_its_outlook_and_counted(
     labels = {"kind": "http", "outcome": "failed", "outlook": "again"}
     before = sample("ankusa_dispatch_attempts_total", **labels)
     with caplog.at_level(logging.INFO, logger="ankusa.commands.dispatch"):
-        dispatch.run_round(dispatcher)
+        run_round(dispatcher)
     assert sample("ankusa_dispatch_attempts_total", **labels) == before + 1
     [(_, fields)] = [e for e in events(caplog) if e[0] == "dispatch_failed"]
     assert (fields["command"], fields["status"], fields["outlook"]) == (command.pk, 503, "again")
@@ -72,8 +74,8 @@ def test_a_failed_send_is_logged_with_its_outlook_and_counted(
 def test_a_skip_is_logged_once_when_decided(make_connector, make_command, dispatcher, caplog):
     command = make_command(make_connector(), state=State.FAILED, attempts=1, last_outlook=Outlook.AGAIN)
     with caplog.at_level(logging.INFO, logger="ankusa.commands.dispatch"):
-        dispatch.run_round(dispatcher)
-        dispatch.run_round(dispatcher)
+        run_round(dispatcher)
+        run_round(dispatcher)
     skips = [fields for event, fields in events(caplog) if event == "skipped"]
     assert skips == [{"reason": "not-idempotent", "count": 1, "commands": [command.pk]}]
 

@@ -11,7 +11,20 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connections
 
-from commands import adapters, dispatch
+from commands.dispatch import adapters, rounds, senders
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.rounds import run_round
+from commands.dispatch.senders import _Starts
+from commands.dispatch.sends import Sent, Unstarted, _Entry
+from commands.dispatch.statements import (
+    BOOKKEEPING_FIELDS,
+    finish_sends,
+    insert_attempts,
+    load_for_sending,
+    start_sends,
+)
+from commands.dispatch.sweep import sweep
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Attempt, Command
 from commands.retry import Outlook
 from commands.states import Event, State
@@ -24,7 +37,7 @@ T0 = datetime(2026, 9, 2, 9, 0, tzinfo=UTC)
 
 @pytest.fixture
 def queue(db):
-    q = get_queue(dispatch.QUEUE_NAME)
+    q = get_queue(QUEUE_NAME)
     q.flush()
     return q
 
@@ -42,7 +55,7 @@ def test_start_sends_wins_only_commands_still_queued_at_the_attempt_before(make_
     Command.objects.filter(pk=moved_on.pk).update(attempts=1)  # another worker started attempt 1
     Command.objects.filter(pk=elsewhere.pk).update(state=State.SUCCEEDED)
     wanted = [(fresh.pk, 1), (retried.pk, 3), (moved_on.pk, 1), (elsewhere.pk, 1)]
-    assert dispatch.start_sends(wanted, T0) == {(fresh.pk, 1), (retried.pk, 3)}
+    assert start_sends(wanted, T0) == {(fresh.pk, 1), (retried.pk, 3)}
     assert states(fresh, retried, moved_on, elsewhere) == [
         (State.DISPATCHING, 1),
         (State.DISPATCHING, 3),
@@ -54,12 +67,12 @@ def test_start_sends_wins_only_commands_still_queued_at_the_attempt_before(make_
 
 def test_two_entries_for_one_attempt_in_one_start_win_once(make_connector, make_command):
     command = make_command(make_connector(), state=State.QUEUED)
-    assert dispatch.start_sends([(command.pk, 1), (command.pk, 1), (command.pk, 2)], T0) == {(command.pk, 1)}
+    assert start_sends([(command.pk, 1), (command.pk, 1), (command.pk, 2)], T0) == {(command.pk, 1)}
     assert states(command) == [(State.DISPATCHING, 1)]
 
 
-def entry(command: Command, attempt: int = 1) -> dispatch._Entry:
-    return dispatch._Entry(item=None, command=command, attempt=attempt)
+def entry(command: Command, attempt: int = 1) -> _Entry:
+    return _Entry(item=None, command=command, attempt=attempt)
 
 
 def test_starts_asked_at_once_share_statements_and_each_sender_learns_its_own(
@@ -67,10 +80,10 @@ def test_starts_asked_at_once_share_statements_and_each_sender_learns_its_own(
 ):
     connector = make_connector()
     commands = [make_command(connector, state=State.QUEUED) for _ in range(12)]
-    starts = dispatch._Starts()
+    starts = _Starts()
     asks = [entry(c) for c in commands] + [entry(commands[0])]  # the last one is a duplicate item
     statements = []
-    real = dispatch.start_sends
+    real = start_sends
 
     def counted(wanted, now):
         statements.append(len(wanted))
@@ -83,7 +96,7 @@ def test_starts_asked_at_once_share_statements_and_each_sender_learns_its_own(
             time.sleep(0.001)
         return real(wanted, now)
 
-    monkeypatch.setattr(dispatch, "start_sends", counted)
+    monkeypatch.setattr(senders, "start_sends", counted)
     won: dict[int, bool] = {}
 
     def ask(number: int) -> None:
@@ -114,15 +127,15 @@ def test_a_start_that_fails_says_it_is_unknown_and_the_next_statement_is_made_al
     def broken(wanted, now):
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(dispatch, "start_sends", broken)
-    starts = dispatch._Starts()
+    monkeypatch.setattr(senders, "start_sends", broken)
+    starts = _Starts()
     # Not sent: the recorder undoes a start stamped T0, should it have committed unseen.
-    assert starts.start(entry(command), T0) == dispatch.Unstarted(T0)
+    assert starts.start(entry(command), T0) == Unstarted(T0)
     monkeypatch.undo()
     assert starts.start(entry(command), T0) is True
     starts.close()
     assert states(command) == [(State.DISPATCHING, 1)]
-    assert starts.start(entry(command), T0) == dispatch.Unstarted()  # closed: not asked, not sent
+    assert starts.start(entry(command), T0) == Unstarted()  # closed: not asked, not sent
 
 
 def test_finish_sends_moves_only_commands_dispatching_that_attempt(make_connector, make_command):
@@ -130,8 +143,8 @@ def test_finish_sends_moves_only_commands_dispatching_that_attempt(make_connecto
     current, recovered = (make_command(connector, state=State.DISPATCHING, attempts=2) for _ in range(2))
     Command.objects.filter(pk=recovered.pk).update(state=State.FAILED)
     changes = {"last_outlook": Outlook.AGAIN, "last_error": "HTTP 503", "skip_decided_at": T0}
-    assert dispatch.finish_sends([current.pk, recovered.pk], 2, Event.FAIL, T0, changes) == 1
-    assert dispatch.finish_sends([current.pk], 2, Event.FAIL, T0, changes) == 0
+    assert finish_sends([current.pk, recovered.pk], 2, Event.FAIL, T0, changes) == 1
+    assert finish_sends([current.pk], 2, Event.FAIL, T0, changes) == 0
     row = Command.objects.get(pk=current.pk)
     assert (row.state, row.last_outlook, row.last_error, row.skip_decided_at, row.state_changed_at) == (
         State.FAILED,
@@ -147,7 +160,7 @@ def test_commands_loaded_for_sending_carry_their_payload_and_load_the_rest_on_de
 ):
     connector = make_connector()
     command = make_command(connector, state=State.QUEUED, payload={"order": 7, "lines": [1, 2]})
-    loaded = dispatch.load_for_sending([command.pk, command.pk + 1000])
+    loaded = load_for_sending([command.pk, command.pk + 1000])
     assert list(loaded) == [command.pk]
     got = loaded[command.pk]
     assert (got.payload, got.connector_id, got.state) == (
@@ -155,7 +168,7 @@ def test_commands_loaded_for_sending_carry_their_payload_and_load_the_rest_on_de
         connector.pk,
         State.QUEUED,
     )
-    assert got.get_deferred_fields() == set(dispatch.BOOKKEEPING_FIELDS)
+    assert got.get_deferred_fields() == set(BOOKKEEPING_FIELDS)
     assert got.created_at == command.created_at  # a deferred field, read when asked for
 
 
@@ -165,9 +178,9 @@ def test_commands_loaded_for_sending_equal_what_the_orm_loads_field_by_field(mak
         make_command(connector, state=State.QUEUED, payload={"n": 1.5, "s": "é", "l": [None, True]}).pk,
         make_command(connector, state=State.DISPATCHING, attempts=2, next_attempt_at=T0).pk,
     ]
-    loaded = dispatch.load_for_sending(ids)
-    expected = Command.objects.defer(*dispatch.BOOKKEEPING_FIELDS).in_bulk(ids)
-    fields = [f.attname for f in Command._meta.concrete_fields if f.name not in dispatch.BOOKKEEPING_FIELDS]
+    loaded = load_for_sending(ids)
+    expected = Command.objects.defer(*BOOKKEEPING_FIELDS).in_bulk(ids)
+    fields = [f.attname for f in Command._meta.concrete_fields if f.name not in BOOKKEEPING_FIELDS]
     for pk in ids:
         got = [(name, getattr(loaded[pk], name), type(getattr(loaded[pk], name))) for name in fields]
         want = [(name, getattr(expected[pk], name), type(getattr(expected[pk], name))) for name in fields]
@@ -178,12 +191,10 @@ def test_insert_attempts_writes_complete_rows_and_the_model_defaults(make_connec
     connector = make_connector()
     ok, failed = make_command(connector), make_command(connector)
     finished = T0 + timedelta(milliseconds=1500)
-    dispatch.insert_attempts(
+    insert_attempts(
         [
-            dispatch.Sent(
-                ok, 1, T0, finished, adapters.Outcome(ok=True, status=200, excerpt='{"é": "\\"x\\""}')
-            ),
-            dispatch.Sent(
+            Sent(ok, 1, T0, finished, adapters.Outcome(ok=True, status=200, excerpt='{"é": "\\"x\\""}')),
+            Sent(
                 failed,
                 3,
                 T0,
@@ -217,7 +228,7 @@ def test_a_drain_fed_by_a_sweep_waits_for_items_queued_after_it_began(
 ):
     connector = make_connector(url=sink.url)
     fed = threading.Event()
-    with dispatch.Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
+    with Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
         result = []
         drainer = threading.Thread(
             target=lambda: (result.append(dispatcher.drain(fed_until=fed)), connections.close_all())
@@ -226,7 +237,7 @@ def test_a_drain_fed_by_a_sweep_waits_for_items_queued_after_it_began(
         drainer.join(0.3)
         assert drainer.is_alive()  # an empty queue does not end it while it is fed
         commands = [make_command(connector) for _ in range(3)]
-        dispatch.sweep(queue=queue)
+        sweep(queue=queue)
         fed.set()
         drainer.join(30)
     assert result[0].results == {"succeeded": 3}
@@ -237,7 +248,7 @@ def test_a_round_whose_sweep_fails_raises_after_its_drain(make_connector, make_c
     def broken(**kwargs):
         raise RuntimeError("sweep broke")
 
-    monkeypatch.setattr(dispatch, "sweep", broken)
-    with dispatch.Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
+    monkeypatch.setattr(rounds, "sweep", broken)
+    with Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
         with pytest.raises(RuntimeError, match="sweep broke"):
-            dispatch.run_round(dispatcher)
+            run_round(dispatcher)

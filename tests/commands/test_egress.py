@@ -15,9 +15,12 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
-from commands import adapters, dispatch
-from commands.adapters import egress
-from commands.adapters import http as http_adapter
+from commands.dispatch import adapters
+from commands.dispatch.adapters import egress
+from commands.dispatch.adapters import http as http_adapter
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.rounds import run_round
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Connector
 from commands.retry import Outlook
 from commands.states import State
@@ -204,10 +207,10 @@ def test_a_refused_send_leaves_the_command_failed_after_fix_saying_why(
     answers, _ = resolver
     answers["inside.example"] = [["10.0.0.5"]]
     command = make_command(make_connector(url="http://inside.example:9/", idempotent=True))
-    queue = get_queue(dispatch.QUEUE_NAME)
+    queue = get_queue(QUEUE_NAME)
     queue.flush()
-    with dispatch.Dispatcher(concurrency=1, per_connector=1, queue=queue) as dispatcher:
-        dispatch.run_round(dispatcher)
+    with Dispatcher(concurrency=1, per_connector=1, queue=queue) as dispatcher:
+        run_round(dispatcher)
     command.refresh_from_db()
     assert (command.state, command.last_outlook, command.last_error_class, command.last_error) == (
         State.FAILED,

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from commands.event_keys import EventKeyConfigError, extract, needs_json, normalise, resolve
+from commands.intake.event_keys import EventKeyConfigError, extract, needs_json, normalise, resolve
 
 
 @pytest.mark.parametrize(

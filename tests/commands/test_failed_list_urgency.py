@@ -8,8 +8,8 @@ import pytest
 from django.contrib.admin import helpers
 from django.urls import reverse
 
-from commands.admin_lists import CappedPaginator
 from commands.models import Command
+from commands.staff.admin_lists import CappedPaginator
 from commands.states import State
 from tests.commands.staff import login_as, make_failed
 

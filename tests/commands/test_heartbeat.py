@@ -11,7 +11,11 @@ from django.conf import settings
 from django.db import connection, connections
 from django.urls import reverse
 
-from commands import dispatch, heartbeat, tasks
+from commands import tasks
+from commands.dispatch import heartbeat
+from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.rounds import run_round
+from commands.lifecycle import QUEUE_NAME
 from commands.models import DispatcherHeartbeat
 from limits.models import Tenant
 from queues.backends import get_queue
@@ -64,11 +68,11 @@ def test_a_beat_that_cannot_be_written_is_logged_and_spoils_nothing(db, caplog):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_dispatch_round_records_the_loops_heartbeat():
-    queue = get_queue(dispatch.QUEUE_NAME)
+    queue = get_queue(QUEUE_NAME)
     queue.flush()
     try:
-        with time_machine.travel(T0, tick=False), dispatch.Dispatcher(concurrency=1, queue=queue) as running:
-            dispatch.run_round(running)
+        with time_machine.travel(T0, tick=False), Dispatcher(concurrency=1, queue=queue) as running:
+            run_round(running)
     finally:
         connections.close_all()
     row = DispatcherHeartbeat.objects.get()

@@ -15,7 +15,7 @@ from django.utils.decorators import async_only_middleware
 from django.utils.deprecation import MiddlewareMixin
 
 from ankusa_site.handlers import HOOK_PATH, SKIPPED_FOR_HOOKS, SiteWSGIHandler, hook_middleware
-from commands import hooks
+from commands.intake import hooks
 from commands.models import Delivery
 from tests.commands.conftest import github_headers
 from tests.conftest import SiteClient

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 
-from commands import dispatch
+from commands.dispatch.statements import START_SQL_POSTGRESQL, finish_statement
 from commands.models import Command
 from commands.states import State
 from queues.backends import database
@@ -84,6 +84,6 @@ def test_done_finds_its_items_by_primary_key_with_empty_table_statistics(stale_s
 def test_start_and_finish_find_their_commands_by_primary_key_with_empty_table_statistics(stale_statistics):
     ids = list(Command.objects.values_list("id", flat=True)[:BATCH])
     start = [State.DISPATCHING.value, T0, State.QUEUED.value, ids, [1] * len(ids)]
-    assert scans(dispatch.START_SQL_POSTGRESQL, start) == {"commands_command_pkey"}
-    sql, params = dispatch.finish_statement(ids, 1, "succeed", T0, {"last_error": ""}, connection)
+    assert scans(START_SQL_POSTGRESQL, start) == {"commands_command_pkey"}
+    sql, params = finish_statement(ids, 1, "succeed", T0, {"last_error": ""}, connection)
     assert scans(sql, params) == {"commands_command_pkey"}

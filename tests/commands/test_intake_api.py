@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
-from commands import dispatch
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Command
 from commands.states import State
 from limits.models import ApiToken, Tenant
@@ -75,7 +75,7 @@ def test_a_tenant_token_submits_a_command_that_is_queued_at_once(api, receiver):
         {"order": "A-1"},
     )
     assert (command.idempotency_key, command.state, command.attempts) == ("order-A-1", State.QUEUED, 0)
-    assert [item.payload for item in get_queue(dispatch.QUEUE_NAME).peek("main", 10)] == [
+    assert [item.payload for item in get_queue(QUEUE_NAME).peek("main", 10)] == [
         {"command": command.pk, "attempt": 1}
     ]
 

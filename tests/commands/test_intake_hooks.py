@@ -14,7 +14,9 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from commands import dispatch, hooks
+from commands.dispatch.sweep import sweep
+from commands.intake import hooks
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Delivery, Source
 from commands.states import State
 from limits import admission
@@ -31,7 +33,7 @@ def answer(response) -> tuple[int, dict]:
 
 
 def queued_payloads() -> list[dict]:
-    queue = get_queue(dispatch.QUEUE_NAME)
+    queue = get_queue(QUEUE_NAME)
     return [item.payload for item in queue.peek("main", 100)]
 
 
@@ -73,7 +75,7 @@ def test_a_command_born_at_intake_is_exactly_what_the_sweep_makes_of_an_approved
     connector = hook_source.connectors.get(name="http")
     swept = make_command(connector, {"order": "A-1"}, created_at=NOW)
     with time_machine.travel(NOW, tick=False):
-        dispatch.sweep(NOW)
+        sweep(NOW)
         post_hook(b'{"order": "A-1"}', "evt-1")
     born = Command.objects.get(delivery__isnull=False, connector=connector)
     fields = ["state", "state_changed_at", "attempts", "next_attempt_at", "skip_reason", "skip_decided_at"]
@@ -335,7 +337,7 @@ def test_a_huge_event_id_header_is_stored_as_its_sha256(hook_source, post_hook):
 
 
 def test_a_replayed_stripe_webhook_is_401(tenant, client, make_connector):
-    from commands.signatures import build_verifier
+    from commands.intake.signatures import build_verifier
 
     source = Source.objects.create(
         tenant=tenant,

@@ -12,7 +12,7 @@ import time
 import pytest
 from django.conf import settings
 
-from commands import dispatch
+from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Source
 from commands.states import State
 from queues.backends import get_queue
@@ -69,7 +69,7 @@ class Gate:
 
 @pytest.fixture
 def queue(transactional_db):
-    q = get_queue(dispatch.QUEUE_NAME)
+    q = get_queue(QUEUE_NAME)
     q.flush()
     return q
 
@@ -196,7 +196,7 @@ def test_a_real_celery_worker_takes_a_command_to_succeeded(
 ):
     from commands import tasks
 
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
     command = make_command(make_connector(kind="log"))
     worker = celery_worker(service_env)
     try:
@@ -215,7 +215,7 @@ def test_a_real_celery_worker_takes_a_command_to_succeeded(
 def test_under_celery_beat_a_command_intake_queued_is_sent_without_waiting_for_a_sweep(
     tenant, make_connector, post_hook, redis_client, service_env, tmp_path
 ):
-    get_queue(dispatch.QUEUE_NAME).flush()
+    get_queue(QUEUE_NAME).flush()
     source = Source.objects.create(
         tenant=tenant, slug="orders", verifier="github", verifier_secrets=[HOOK_SECRET], dedupe_key="github"
     )

@@ -4,8 +4,8 @@ import hmac
 
 import pytest
 
-from commands.headers import Headers
-from commands.signatures import VERIFIERS, VerifierConfigError, build_verifier
+from commands.intake.headers import Headers
+from commands.intake.signatures import VERIFIERS, VerifierConfigError, build_verifier
 
 NOW = 1_790_000_000.0
 BODY = b'{"id":"evt_1","type":"ping"}'

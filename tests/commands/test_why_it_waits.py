@@ -1,4 +1,4 @@
-"""Why a command waits and what happens next, said once (``commands.explain``) and alike in the
+"""Why a command waits and what happens next, said once (``commands.staff.explain``) and alike in the
 failed list, the all-commands list, a command's page and the API (items 1–3 of issue 22)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import time_machine
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from commands import actions, retry
-from commands.explain import explain
+from commands import retry
+from commands.staff import actions
+from commands.staff.explain import explain
 from commands.states import State
 from tests.commands.staff import login_as, make_failed
 from tests.staff import api_client, staff_user

@@ -20,7 +20,7 @@ from django.core.management import get_commands
 from django.core.management.base import BaseCommand
 
 from ankusa_site.core.varfiles import private_dir
-from commands.adapters.http import longest_send_s
+from commands.dispatch.adapters.http import longest_send_s
 
 # After SIGTERM, a child gets as long as a send may take by the site's timeouts, and this margin to
 # record it (or, with the database down, spool it to var/), before it is killed. Killed mid-send,

@@ -28,15 +28,10 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from ankusa_site.core.arguments import seconds
-from commands.dispatch import (
-    Dispatcher,
-    RecoverSummary,
-    drain_waiting,
-    keep_recovering,
-    recovery_line,
-    retry_delay,
-    run_round,
-)
+from commands.dispatch.dispatcher import Dispatcher, drain_waiting
+from commands.dispatch.recovery import RecoverSummary, recovery_line
+from commands.dispatch.rounds import keep_recovering, run_round
+from commands.dispatch.timing import retry_delay
 
 logger = logging.getLogger("ankusa.commands.dispatch")
 

@@ -1,0 +1,145 @@
+"""Writing finished sends: :func:`record_outcomes` writes their attempt rows and next states and
+finishes their queue items in one transaction, then reports them (log line, metrics) once committed.
+
+Guaranteed: an outcome that arrives after recovery took its send for lost replaces the guess only while
+nothing has acted on it; an outcome for a command that moved on since is counted ``stale``, not written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from datetime import datetime
+
+from django.db import transaction
+
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
+from commands.dispatch.sends import Sent
+from commands.dispatch.statements import finish_recovered, finish_sends, insert_attempts
+from commands.lifecycle import decide_for, with_commit
+from commands.states import Event, State
+from queues.fifo import Item, ReliableFIFO
+
+logger = logging.getLogger("ankusa.commands.dispatch")
+
+
+def _next_state(sent: Sent) -> tuple[str, dict]:
+    """The event and the fields a finished send writes on its command."""
+    outcome = sent.outcome
+    if outcome.ok:
+        return Event.SUCCEED, {
+            "resend_by": None,
+            "last_outlook": "",
+            "last_error_class": "",
+            "last_error": "",
+            "next_attempt_at": None,
+            "skip_reason": "",
+            "skip_decided_at": None,
+        }
+    # Decide at once, so the failed list shows why it waits from the first moment.
+    decision = decide_for(
+        {
+            "state": State.FAILED,
+            "last_outlook": outcome.outlook,
+            "attempts": sent.attempt,
+            "next_attempt_at": sent.command.next_attempt_at,
+            "connector__idempotent": sent.command.connector.idempotent,
+        },
+        sent.finished,
+    )
+    # A resend is spent by its send: another failure waits for a person again.
+    return Event.FAIL, {
+        "resend_by": None,
+        "last_outlook": outcome.outlook or "",
+        "last_error_class": outcome.error_class,
+        "last_error": outcome.detail,
+        "skip_reason": decision.skip or "",
+        "skip_decided_at": sent.finished,
+    }
+
+
+def record_outcomes(
+    sent: list[Sent], now: datetime, *, queue: ReliableFIFO | None = None, items: tuple[Item, ...] = ()
+) -> Counter:
+    """Write the attempt rows and the next states of finished sends, and finish their queue items,
+    in one transaction (the items after it on a queue outside the database). Returns a count of
+    the states reached.
+
+    Attempt rows are written once, complete; a send that never reports back gets its row from
+    :func:`recover` instead. Commands whose changes are identical (every success of one attempt
+    number, say) move in one UPDATE.
+    """
+    try:
+        return _record(sent, now, queue, items, together=True)
+    except _Recovered:
+        return _record(sent, now, queue, items, together=False)
+
+
+class _Recovered(Exception):
+    """A group of finished sends did not move whole: some were recovered while in flight."""
+
+
+def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) -> Counter:
+    results: Counter = Counter()
+    groups: dict[tuple, list[Sent]] = defaultdict(list)
+    for one in sent:
+        event, changes = _next_state(one)
+        groups[event, one.attempt, tuple(sorted(changes.items()))].append(one)
+    with transaction.atomic():
+        recorded: list[Sent] = []
+        for (event, attempt, changes), group in groups.items():
+            if together:
+                # Only recover() competes for a dispatching row, and only after the visibility
+                # timeout: the group moves whole, or the batch is redone row by row.
+                ids = [one.command.pk for one in group]
+                if finish_sends(ids, attempt, event, now, dict(changes)) != len(ids):
+                    raise _Recovered
+                recorded.extend(group)
+                continue
+            for one in group:
+                if finish_sends([one.command.pk], attempt, event, now, dict(changes)):
+                    recorded.append(one)
+                elif finish_recovered(one.command.pk, attempt, event, now, dict(changes)):
+                    # Recovered as lost while its outcome waited to be written (an outage outlasting
+                    # the visibility timeout, a spool written back late): the outcome is what is
+                    # known, so it replaces the guess.
+                    log_event(logger, "recorded_after_recovery", command=one.command.pk, attempt=attempt)
+                    recorded.append(one)
+                else:
+                    # Moved on since (resent, cancelled, or recovered and retried): the outcome is stale.
+                    logger.warning(
+                        "command %s was recovered while attempt %s was in flight", one.command.pk, attempt
+                    )
+                    results["stale"] += 1
+        insert_attempts(recorded)
+        results.update(State.SUCCEEDED.value if one.outcome.ok else State.FAILED.value for one in recorded)
+        if items:
+            with_commit(queue, lambda: queue.done(*items))
+        transaction.on_commit(lambda: report_sends(recorded))
+    return results
+
+
+def report_sends(recorded: list[Sent]) -> None:
+    """One log line per stored send (``dispatched`` or ``dispatch_failed`` with its outlook), and
+    ``ankusa_dispatch_attempts_total`` / ``_latency_seconds`` — once the outcomes are committed."""
+    for one in recorded:
+        kind = one.command.connector.kind
+        outcome, seconds = one.outcome, (one.finished - one.started).total_seconds()
+        metrics.labelled(
+            metrics.DISPATCH_ATTEMPTS, kind, "ok" if outcome.ok else "failed", outcome.outlook or ""
+        ).inc()
+        metrics.labelled(metrics.DISPATCH_LATENCY, kind).observe(seconds)
+        fields = {"command": one.command.pk, "connector": one.command.connector_id, "attempt": one.attempt}
+        if outcome.ok:
+            log_event(logger, "dispatched", **fields, status=outcome.status, ms=round(seconds * 1000, 1))
+        else:
+            log_event(
+                logger,
+                "dispatch_failed",
+                level=logging.WARNING,
+                **fields,
+                status=outcome.status,
+                outlook=outcome.outlook or "unknown",
+                error_class=outcome.error_class,
+            )

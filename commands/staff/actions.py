@@ -1,0 +1,523 @@
+"""What staff do to commands — approve, resend, cancel, make a new command — for the admin and the
+REST API alike, which only collect the choice and show the answer.
+
+Every action works on a queryset (a selection, or everything matching a filter) in two steps:
+
+* :func:`plan` — the dry run: how many would change, and why the others would not, by eligibility
+  ("40 will be resent, 12 need an override: 9 connector not idempotent, 3 outlook unknown"). One
+  GROUP BY query, whatever the size of the selection; nothing is written.
+* :func:`perform` — the same classification, applied: each change is a compare-and-set (an UPDATE
+  whose WHERE repeats the eligibility), so of two people resending one command one wins, and a
+  command that moved since the dry run is skipped, not changed. Writes one ``AuditEntry`` (who,
+  when, what, reason, the commands, the result), also when nothing changed, and one log line.
+
+**Resend** is a deliberate human act, and the one guard that matters is "never send a
+non-idempotent command twice on its own". A resend does not send anything: it marks the command
+(``resend_by``) and gives it a due time; the dispatch loop's sweep takes a marked command once,
+whatever the retry decision would say, and the send's outcome clears the mark — so a resent
+command that fails again waits for a person again. Bulk resends get due times spread at
+``ANKUSA_RESEND_PER_S`` with jitter, so fixing a connector with 10,000 waiting commands does not
+start a retry storm. Without an override only commands the machine itself could retry are resent
+(a known outlook and an idempotent connector); a non-idempotent connector or an unknown outcome
+needs ``override=True``, a typed reason and ``commands.resend_override_command``. A ``never``
+command is not resent at all: sending the same instruction cannot work, so :func:`new_command`
+makes a corrected copy instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import connection, transaction
+from django.db.models import Case, CharField, Count, Q, Value, When
+from django.utils import timezone
+
+from ankusa_site.core.logs import log_event
+from commands import retry
+from commands.dispatch.sweep import sweep
+from commands.models import AuditEntry, Command
+from commands.retry import Outlook
+from commands.states import Event, State
+
+logger = logging.getLogger("ankusa.commands.actions")
+
+ACTIONS = ("approve", "resend", "cancel")
+PERMISSIONS = {
+    "approve": "commands.approve_command",
+    "resend": "commands.resend_command",
+    "cancel": "commands.cancel_command",
+    "new-command": "commands.add_command",
+}
+OVERRIDE_PERMISSION = "commands.resend_override_command"
+# Past participles for the summaries ("40 will be resent").
+DONE_WORDS = {"approve": "approved", "resend": "resent", "cancel": "cancelled"}
+# A CAS UPDATE covers at most this many ids (SQLite's parameter limit, a short lock).
+CHUNK = 500
+MAX_REASON = 2000
+
+
+class Refused(Exception):
+    """A request the guards refuse, for the person who made it (``code`` for machines)."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+# --- eligibility -----------------------------------------------------------------------------------
+# Each action sorts a command into one category by a condition on its row. WILL: changes as asked;
+# OVERRIDE: a resend only with an override; anything else: cannot, with the words for people.
+
+WILL = "will"
+NOT_IDEMPOTENT = "connector not idempotent"
+UNKNOWN = "outlook unknown"  # the skip reason's own words (retry.SkipReason)
+RETRYABLE = [Outlook.AGAIN.value, Outlook.AFTER_FIX.value]
+
+
+def _categories(action: str) -> list[tuple[str, Q]]:
+    """``(category, condition)`` in order: a command falls in the first whose condition holds; the
+    last one's is empty (everything else)."""
+    if action == "approve":
+        return [(WILL, Q(state=State.DRAFT)), ("not a draft", Q())]
+    if action == "cancel":
+        return [
+            (WILL, Q(state__in=[State.DRAFT, State.APPROVED, State.FAILED])),
+            ("in flight: wait for its send to finish", Q(state__in=[State.QUEUED, State.DISPATCHING])),
+            ("already finished", Q()),
+        ]
+    if action == "resend":
+        return [
+            ("not failed", ~Q(state=State.FAILED)),
+            ("a resend is already pending", Q(resend_by__isnull=False)),
+            ("never: make a new command instead", Q(last_outlook=Outlook.NEVER)),
+            (UNKNOWN, ~Q(last_outlook__in=RETRYABLE)),
+            (NOT_IDEMPOTENT, Q(connector__idempotent=False)),
+            (WILL, Q()),
+        ]
+    raise ValueError(f"no action {action!r}; use one of {', '.join(ACTIONS)}")
+
+
+def _needs_override(category: str) -> bool:
+    return category in (NOT_IDEMPOTENT, UNKNOWN)
+
+
+def _taken(override: bool) -> set[str]:
+    """The categories an act changes."""
+    return {WILL} | ({NOT_IDEMPOTENT, UNKNOWN} if override else set())
+
+
+def _eligible(action: str, override: bool) -> Q:
+    """The condition of the commands ``perform`` changes, repeated in every CAS UPDATE."""
+    wanted = _taken(override)
+    before, matched = Q(), Q(pk__in=[])
+    for category, test in _categories(action):
+        if category in wanted:
+            matched |= before & test
+        before &= ~test
+    return matched
+
+
+def _classify(action: str, queryset) -> dict[str, int]:
+    *tested, (last, _) = _categories(action)
+    whens = [When(test, then=Value(category)) for category, test in tested]
+    rows = (
+        queryset.order_by()
+        .annotate(category=Case(*whens, default=Value(last), output_field=CharField()))
+        .values("category")
+        .annotate(n=Count("pk"))
+    )
+    return {row["category"]: row["n"] for row in rows}
+
+
+def _phrase(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+@dataclass
+class Plan:
+    """A dry run: what :func:`perform` would do with the same arguments now."""
+
+    action: str
+    total: int
+    will: int
+    need_override: dict[str, int] = field(default_factory=dict)
+    cannot: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        parts = [f"{self.will} will be {DONE_WORDS[self.action]}"]
+        if self.need_override:
+            parts.append(
+                f"{sum(self.need_override.values())} need an override: {_phrase(self.need_override)}"
+            )
+        text = ", ".join(parts)
+        if self.cannot:
+            text += f"; {sum(self.cannot.values())} cannot: {_phrase(self.cannot)}"
+        return text
+
+    def overridden(self) -> Plan:
+        """The same dry run with the override: what needed one will be done too (no query)."""
+        return Plan(self.action, self.total, self.will + sum(self.need_override.values()), {}, self.cannot)
+
+    def as_dict(self) -> dict:
+        return {
+            "action": self.action,
+            "total": self.total,
+            "will": self.will,
+            "need_override": self.need_override,
+            "cannot": self.cannot,
+            "summary": self.summary(),
+        }
+
+
+def overridable(action: str) -> bool:
+    """Whether ``action`` has guards an override lifts: only a resend (approve and cancel have
+    none). An override asked for any other action is no override."""
+    return action == "resend"
+
+
+def plan(action: str, queryset, *, override: bool = False, user=None) -> Plan:
+    """The dry run of ``action`` on ``queryset`` (one query; nothing written). With ``user``, only
+    if that user may run it (a plan tells what the caller may do, not what others may)."""
+    override = override and overridable(action)
+    if user is not None:
+        check_permission(user, action, override=override)
+    counts = _classify(action, queryset)
+    result = Plan(action, total=sum(counts.values()), will=counts.pop(WILL, 0))
+    for category, n in counts.items():
+        if _needs_override(category):
+            if override:
+                result.will += n
+            else:
+                result.need_override[category] = n
+        else:
+            result.cannot[category] = n
+    return result
+
+
+# --- performing ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Done:
+    action: str
+    total: int
+    done: int
+    skipped: dict[str, int]
+    audit: AuditEntry
+
+    def summary(self) -> str:
+        text = f"{self.done} {DONE_WORDS[self.action]}"
+        if self.skipped:
+            text += f"; {sum(self.skipped.values())} not: {_phrase(self.skipped)}"
+        return text
+
+    def as_dict(self) -> dict:
+        return {
+            "action": self.action,
+            "total": self.total,
+            "done": self.done,
+            "skipped": self.skipped,
+            "summary": self.summary(),
+            "audit": self.audit.pk,
+        }
+
+
+def check_permission(user, action: str, *, override: bool = False) -> None:
+    """Raise ``PermissionDenied`` unless ``user`` may run ``action`` (with the override)."""
+    wanted = [PERMISSIONS[action]] + ([OVERRIDE_PERMISSION] if override else [])
+    if not getattr(user, "pk", None) or not user.has_perms(wanted):
+        raise PermissionDenied(
+            f"You may not {action.replace('-', ' ')}{' with an override' if override else ''}."
+        )
+
+
+def _clean_reason(reason: str, *, required: bool) -> str:
+    reason = (reason or "").strip()
+    if required and not reason:
+        raise Refused("reason_required", "An override needs a reason: say why sending again is safe.")
+    if len(reason) > MAX_REASON:
+        raise Refused("reason_too_long", f"Keep the reason under {MAX_REASON} characters.")
+    if "\x00" in reason:  # PostgreSQL's text holds none; the admin's form passes it through
+        raise Refused("reason_invalid", "The reason holds a NUL character; type it again without one.")
+    return reason
+
+
+def nothing_to_do(action: str, counts: dict[str, int], *, user, override: bool) -> str:
+    """Why an act would change nothing, and what would help (tick the override, ask an admin)."""
+    guarded = {category: n for category, n in counts.items() if _needs_override(category)}
+    rest = {category: n for category, n in counts.items() if category not in guarded}
+    text = f"Nothing to {action}: none of the {sum(counts.values())} command(s) can be {DONE_WORDS[action]}"
+    if guarded and not override:
+        text += f"; {sum(guarded.values())} need an override ({_phrase(guarded)})"
+        if user.has_perm(OVERRIDE_PERMISSION):
+            text += ": tick the override and say why sending again is safe"
+        else:
+            text += (
+                ": only someone with the override permission (the admin group) can resend them; ask an admin"
+            )
+    if rest:
+        text += f"; {sum(rest.values())} cannot: {_phrase(rest)}"
+    return text + "."
+
+
+def resend_due_times(count: int, now: datetime, *, per_second: float, rng: random.Random) -> list[datetime]:
+    """Due times for ``count`` resends: the i-th at ``i / per_second`` seconds, plus a jitter of up
+    to half a slot, so no second holds more than ``per_second + 1`` of them."""
+    slot = 1.0 / per_second
+    return [now + timedelta(seconds=i * slot + rng.uniform(0, slot / 2)) for i in range(count)]
+
+
+def perform(
+    action: str,
+    queryset,
+    *,
+    user,
+    via: str,
+    reason: str = "",
+    override: bool = False,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> Done:
+    """Run ``action`` on ``queryset``; see the module docstring. ``via``: "admin" or "api"."""
+    override = override and overridable(action)
+    check_permission(user, action, override=override)
+    reason = _clean_reason(reason, required=override)
+    now = now or timezone.now()
+    counts = _classify(action, queryset)
+    ids = list(queryset.filter(_eligible(action, override)).order_by("pk").values_list("pk", flat=True))
+    if not ids:  # nothing to do is a refusal, not an act: no audit row
+        raise Refused("nothing_to_do", nothing_to_do(action, counts, user=user, override=override))
+    changed: list[int] = []
+    due = {}
+    if action == "resend":
+        times = resend_due_times(
+            len(ids), now, per_second=settings.ANKUSA_RESEND_PER_S, rng=rng or random.Random()
+        )
+        due = dict(zip(ids, times, strict=True))
+    with transaction.atomic():
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start : start + CHUNK]
+            rows = Command.objects.filter(_eligible(action, override), pk__in=chunk)
+            changed += _change(action, rows, user=user, now=now, due=due)
+        total = sum(counts.values())
+        skipped = {category: n for category, n in counts.items() if category not in _taken(override)}
+        raced = len(ids) - len(changed)
+        if raced:
+            skipped["changed meanwhile"] = raced
+        entry = AuditEntry.objects.create(
+            at=now,
+            user=user,
+            username=user.get_username(),
+            action=AuditEntry.Action.RESEND_OVERRIDE if override else action,
+            via=via,
+            reason=reason,
+            count=total,
+            done=len(changed),
+            result={"skipped": skipped},
+        )
+        link(entry, changed)
+    result = Done(action, total, len(changed), skipped, entry)
+    log_event(
+        logger,
+        DONE_WORDS[action],
+        by=entry.username,
+        via=via,
+        count=total,
+        done=len(changed),
+        override=override,
+        audit=entry.pk,
+        commands=changed[:20],
+    )
+    return result
+
+
+def link(entry: AuditEntry, ids: list[int]) -> None:
+    """The entry's commands, in batches: a new entry links nothing yet, and ``commands.add`` would
+    first look all of them up in one ``IN`` list, which SQLite refuses past 32,766 ids."""
+    through = AuditEntry.commands.through
+    through.objects.bulk_create(
+        [through(auditentry_id=entry.pk, command_id=pk) for pk in ids], batch_size=CHUNK
+    )
+
+
+def _change(action: str, rows, *, user, now: datetime, due: dict) -> list[int]:
+    """The CAS UPDATE of one chunk; returns the ids it changed (those still eligible)."""
+    # Which rows the UPDATE will change: read under the same condition, locked where the database
+    # can (SQLite's write transaction serialises writers already).
+    winners = list(rows.select_for_update(of=("self",)).values_list("pk", flat=True))
+    if not winners:
+        return []
+    rows = Command.objects.filter(pk__in=winners)
+    if action == "approve":
+        rows.transition(State.DRAFT, Event.APPROVE, now, approved_by=user, approved_at=now)
+    elif action == "cancel":
+        for state in (State.DRAFT, State.APPROVED, State.FAILED):
+            rows.transition(state, Event.CANCEL, now, resend_by=None)
+    else:
+        _mark_resent(winners, due, user)
+    return winners
+
+
+TABLE = Command._meta.db_table
+# Each command its own due time, in one statement per chunk: the pairs go as two arrays (PostgreSQL)
+# or one JSON list (SQLite), where a CASE with a branch per row cost the ORM ~0.1 s per 500 rows.
+MARK_SQL_POSTGRESQL = f"""
+UPDATE {TABLE} AS command SET resend_by_id = %s, next_attempt_at = v.due, skip_reason = '',
+    skip_decided_at = NULL
+FROM unnest(%s::bigint[], %s::timestamptz[]) AS v(id, due) WHERE command.id = v.id
+"""
+MARK_SQL = f"""
+UPDATE {TABLE} SET resend_by_id = %s, next_attempt_at = v.due, skip_reason = '', skip_decided_at = NULL
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS due FROM json_each(%s)) AS v
+WHERE {TABLE}.id = v.id
+"""
+
+
+def _mark_resent(ids: list[int], due: dict[int, datetime], user) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(MARK_SQL_POSTGRESQL, [user.pk, ids, [due[pk] for pk in ids]])
+        else:
+            stamp = connection.ops.adapt_datetimefield_value
+            cursor.execute(MARK_SQL, [user.pk, json.dumps([[pk, stamp(due[pk])] for pk in ids])])
+
+
+def new_command(
+    original: Command,
+    *,
+    user,
+    via: str,
+    payload=None,
+    reason: str = "",
+    now: datetime | None = None,
+) -> Command:
+    """Cancel the failed ``original`` and make an approved copy of it (``payload`` replaced when
+    given), linked by ``resent_from``. The copy is a new instruction: a new id, so a new
+    ``Idempotency-Key`` at the receiver, and no REST idempotency key of its own."""
+    check_permission(user, "new-command")
+    reason = _clean_reason(reason, required=False)
+    if payload is not None and not isinstance(payload, dict):
+        raise Refused("invalid_payload", "The payload must be a JSON object.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        cancelled = Command.objects.filter(pk=original.pk).transition(
+            State.FAILED, Event.CANCEL, now, resend_by=None
+        )
+        if not cancelled:
+            raise Refused("not_failed", f"Command {original.pk} is not failed any more; reload it.")
+        copy = Command.objects.create(
+            tenant_id=original.tenant_id,
+            connector_id=original.connector_id,
+            source_id=original.source_id,
+            delivery_id=original.delivery_id,
+            idempotency_key=original.idempotency_key if original.source_id else "",
+            payload=original.payload if payload is None else payload,
+            state=State.APPROVED,
+            state_changed_at=now,
+            approved_by=user,
+            approved_at=now,
+            resent_from=original,
+            created_at=now,
+        )
+        entry = AuditEntry.objects.create(
+            at=now,
+            user=user,
+            username=user.get_username(),
+            action=AuditEntry.Action.NEW_COMMAND,
+            via=via,
+            reason=reason,
+            count=1,
+            done=1,
+            result={"original": original.pk, "new": copy.pk, "payload_changed": payload is not None},
+        )
+        entry.commands.add(original.pk, copy.pk)
+    log_event(logger, "new_command", by=entry.username, via=via, original=original.pk, command=copy.pk)
+    return copy
+
+
+# --- a connector changed: its waiting commands decided again ---------------------------------------
+
+
+@dataclass
+class Reconsidered:
+    """What a connector's change did to its waiting commands: ``going`` are queued now (the
+    dispatch poll sends them within ``ANKUSA_DISPATCH_POLL_S``), ``parked`` newly wait, by reason."""
+
+    going: int = 0
+    parked: Counter = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        poll = f"{settings.ANKUSA_DISPATCH_POLL_S:g} s"
+        if self.going:
+            text = f"{self.going} of its commands will now go: queued now, sent within the dispatch poll ({poll})"
+        else:
+            text = "None of its waiting commands goes because of this change"
+        if self.parked:
+            text += f"; {sum(self.parked.values())} now wait: {_phrase(self.parked)}"
+        return text + "."
+
+
+@transaction.atomic  # joins the caller's (Connector.save's): the rows stay locked until it commits
+def reconsider(connector, *, now: datetime | None = None) -> Reconsidered:
+    """Decide again on ``connector``'s failed commands whose decision depends on it, and queue
+    those that go now — in the caller's transaction (``Connector.save``'s), so the change and its
+    consequences commit together and the dispatch poll sends them, not the next round.
+
+    A stored skip reason is a cached decision: declaring the connector idempotent releases its
+    ``not-idempotent`` commands, any save releases its ``after-fix`` ones (the fix a person just made
+    should not wait out the re-check period), and un-declaring idempotency parks its retries. The
+    decision is ``retry.decide``'s, with the connector as it is now; a pending resend is left alone
+    (a person decided), and so are outlooks no connector changes (``never``, unknown).
+    """
+    now = now or timezone.now()
+    result = Reconsidered()
+    waiting = Command.objects.filter(
+        connector=connector, state=State.FAILED, resend_by__isnull=True, last_outlook__in=RETRYABLE
+    )
+    # Locked until the save commits, so a sweep or a resend cannot move one between this decision
+    # and its write; one a sweeper holds is left to that sweeper, which decides with the new row.
+    rows = waiting.select_for_update(skip_locked=True, of=("self",)).values_list(
+        "pk", "last_outlook", "attempts", "next_attempt_at", "skip_reason"
+    )
+    released: list[int] = []
+    parked: dict[str, list[int]] = {}
+    for pk, outlook, attempts, next_attempt_at, skip_reason in rows.iterator(chunk_size=2000):
+        after_fix = outlook == Outlook.AFTER_FIX
+        decision = retry.decide(
+            dispatchable=True,
+            outlook=outlook,
+            attempts=attempts,
+            next_attempt_at=None if after_fix else next_attempt_at,  # a fix is checked at once
+            idempotent=connector.idempotent,
+            now=now,
+        )
+        if decision.take:
+            released.append(pk)
+        elif decision.skip != skip_reason:
+            parked.setdefault(decision.skip, []).append(pk)
+    for start in range(0, len(released), CHUNK):
+        chunk = released[start : start + CHUNK]
+        Command.objects.filter(pk__in=chunk, state=State.FAILED).update(
+            next_attempt_at=now, skip_reason="", skip_decided_at=None
+        )
+    for reason, ids in parked.items():
+        for start in range(0, len(ids), CHUNK):
+            Command.objects.filter(pk__in=ids[start : start + CHUNK], state=State.FAILED).update(
+                skip_reason=reason, skip_decided_at=now
+            )
+        result.parked[reason] = len(ids)
+    if released:
+        result.going = sweep(now, connector=connector.pk).taken
+    if released or parked:
+        log_event(
+            logger, "reconsidered", connector=connector.pk, going=result.going, parked=dict(result.parked)
+        )
+    return result
