@@ -218,8 +218,8 @@ class Connector(FixedOnceCreated, models.Model):
             raise ValidationError(errors)
 
     def save(self, *args, **kwargs) -> None:
+        # One transaction with the decisions its post_save receiver takes again on its commands
+        # (commands.staff.actions.reconsider, connected by CommandsConfig.ready), which sets
+        # ``self.reconsidered``.
         with transaction.atomic():
             super().save(*args, **kwargs)
-            from commands.staff.actions import reconsider  # above this module: it queues, through dispatch
-
-            self.reconsidered = reconsider(self)

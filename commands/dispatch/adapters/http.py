@@ -20,7 +20,7 @@ The outlook of a failure, in precedence order:
 
 A header value that cannot be sent (a CR or LF that would start another header, another control
 character, a character past Latin-1, the encoding http.client sends values in) is a configuration
-problem: :func:`header_value_problem` is the one rule, used when a connector is saved (the model's
+problem: ``commands.dispatch.adapters.header_value_problem`` is the one rule, used when a connector is saved (the model's
 validation, so the admin and the API refuse it), by :meth:`HttpAdapter.check` before a send (for rows
 stored before the rule), and by :meth:`HttpAdapter.send` if http.client refuses a header all the
 same. Each says which header, never its value: http.client's own message quotes the value
@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import urllib3
 from django.conf import settings
 
-from commands.dispatch.adapters import EXCERPT_CHARS, Outcome, egress
+from commands.dispatch.adapters import EXCERPT_CHARS, Outcome, egress, header_value_problem
 from commands.retry import Outlook
 
 AGAIN_STATUSES = frozenset({408, 425, 429})
@@ -52,10 +52,6 @@ DRAIN_LIMIT_BYTES = 64 * 1024
 
 # An HTTP header name is a token (RFC 9110 §5.6.2).
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-# What a header value may hold (RFC 9110 §5.5): visible ASCII, space, tab, and the visible rest of
-# Latin-1 (obs-text; http.client encodes values as Latin-1). Not DEL or the C1 controls
-# (0x7f-0x9f): no credential holds one, and a receiver may take one for the end of the header.
-_NOT_IN_HEADER_VALUE = re.compile(r"[^\t\x20-\x7e\xa0-\xff]")
 # Not quoted either: a name that is no token may hold a CR or LF.
 BAD_HEADER_NAME = "a header name is not a valid HTTP header name"
 # Headers a connector's own headers may not name (any case). Framing and hop-by-hop headers
@@ -87,18 +83,6 @@ def sent_headers(connector) -> dict[str, str]:
         for name, value in (connector.headers or {}).items()
         if reserved_header_problem(str(name)) is None and str(name).lower() != secret_header
     }
-
-
-def header_value_problem(value: str) -> str | None:
-    """Why ``value`` cannot be sent as a header value, in words that never quote it; None if it can."""
-    found = _NOT_IN_HEADER_VALUE.search(value)
-    if found is None:
-        return None
-    if found.group() in "\r\n":
-        return "must be on one line (no CR or LF)"
-    if ord(found.group()) > 0xFF:
-        return "may hold only Latin-1 characters"
-    return "must not hold control characters"
 
 
 def header_problems(headers: dict) -> Iterator[str]:
