@@ -284,6 +284,12 @@ ANKUSA_DISPATCH_CONCURRENCY = env_int("ANKUSA_DISPATCH_CONCURRENCY", 64, minimum
 ANKUSA_DISPATCH_PER_CONNECTOR = env_int("ANKUSA_DISPATCH_PER_CONNECTOR", 40, minimum=1, maximum=2000)
 # A bulk resend's due times are spread at this many commands per second, with jitter.
 ANKUSA_RESEND_PER_S = env_float("ANKUSA_RESEND_PER_S", 10.0, minimum=0.01, maximum=10_000)
+# Outage hold (commands.hold): a connector whose receiver answers `again` this many sends in a row
+# (0: never), the run started within the window, holds; one probe goes out every interval, doubling
+# up to ten times it, and the first success releases the waiting commands at ANKUSA_RESEND_PER_S.
+ANKUSA_HOLD_AFTER_FAILURES = env_int("ANKUSA_HOLD_AFTER_FAILURES", 10, minimum=0, maximum=1_000_000)
+ANKUSA_HOLD_WINDOW_S = env_float("ANKUSA_HOLD_WINDOW_S", 600.0, minimum=1)
+ANKUSA_HOLD_PROBE_S = env_float("ANKUSA_HOLD_PROBE_S", 30.0, minimum=0.1)
 ANKUSA_HTTP_CONNECT_TIMEOUT_S = env_float("ANKUSA_HTTP_CONNECT_TIMEOUT_S", 5.0, minimum=0.01)
 ANKUSA_HTTP_READ_TIMEOUT_S = env_float("ANKUSA_HTTP_READ_TIMEOUT_S", 30.0, minimum=0.01)
 # Networks a connector may reach although they are not public (commands.dispatch.adapters.egress): empty,
@@ -347,6 +353,9 @@ ANKUSA_RETAIN_AUDIT_DAYS = env_int("ANKUSA_RETAIN_AUDIT_DAYS", 365, minimum=1)
 
 # /metrics answers loopback, and anyone presenting this token as "Authorization: Bearer <token>".
 ANKUSA_METRICS_TOKEN = env_str("ANKUSA_METRICS_TOKEN", "")
+# Per-connector health series (commands.health_metrics) for at most this many connectors, those
+# failing the longest run first: a bound on the scrape's size whatever the number of connectors.
+ANKUSA_METRICS_CONNECTORS = env_int("ANKUSA_METRICS_CONNECTORS", 100, minimum=0, maximum=10_000)
 
 # --- logs ---------------------------------------------------------------------------------------
 

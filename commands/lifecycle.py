@@ -25,9 +25,10 @@ def commands_queue() -> ReliableFIFO:
     return get_queue(QUEUE_NAME)
 
 
-def item_payload(command_id: int, attempt: int) -> dict:
-    """What a queue item carries: the command and the attempt number the sweep decided on."""
-    return {"command": command_id, "attempt": attempt}
+def item_payload(command_id: int, attempt: int, *, probe: bool = False) -> dict:
+    """What a queue item carries: the command and the attempt number the sweep decided on (and
+    whether it probes a held connector, ``commands.dispatch.hold``)."""
+    return {"command": command_id, "attempt": attempt, **({"probe": True} if probe else {})}
 
 
 def with_commit(queue: ReliableFIFO, write: Callable[[], object]) -> None:

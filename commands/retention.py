@@ -6,7 +6,9 @@ What goes, each after its own retention (``ANKUSA_RETAIN_*_DAYS``, or one ``olde
   the cutoff — with their attempts (the history of a finished command goes with it);
 * **deliveries** received before the cutoff whose commands are all gone (a delivery is kept as
   long as one of its commands is: it is what that command came from);
-* staff audit entries older than ``ANKUSA_RETAIN_AUDIT_DAYS``.
+* staff audit entries older than ``ANKUSA_RETAIN_AUDIT_DAYS``;
+* connector health buckets no window reads any more (``commands.health.old_buckets``: minutes
+  after 2 hours, hours after 2 days, whatever ``older_than`` says).
 
 What never goes: a command that is not finished (``draft``, ``approved``, ``queued``,
 ``dispatching``, ``failed``) or its attempts, whatever its age: it still waits for the machine or a
@@ -31,6 +33,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
+from commands import health
 from commands.models import AuditEntry, Command, Delivery
 from commands.states import State
 
@@ -55,6 +58,8 @@ class Table:
     name: str
     candidates: Callable[[datetime], QuerySet]
     retain_setting: str
+    # Called with now rather than a cutoff: the table keeps what it reads, not a setting's days.
+    by_now: bool = False
 
 
 @dataclass
@@ -96,6 +101,7 @@ TABLES: list[Table] = [
     Table("commands", finished_commands, "ANKUSA_RETAIN_COMMANDS_DAYS"),
     Table("deliveries", orphaned_deliveries, "ANKUSA_RETAIN_DELIVERIES_DAYS"),
     Table("audit", old_audit_entries, "ANKUSA_RETAIN_AUDIT_DAYS"),
+    Table("health", health.old_buckets, "", by_now=True),
 ]
 
 
@@ -130,15 +136,18 @@ def prune(
     for table in tables():
         if only and table.name not in only:
             continue
-        keep = older_than or timedelta(days=getattr(settings, table.retain_setting))
-        candidates = table.candidates(now - keep)
+        if table.by_now:
+            cutoff = now
+        else:
+            cutoff = now - (older_than or timedelta(days=getattr(settings, table.retain_setting)))
+        candidates = table.candidates(cutoff)
         if dry_run:
             report.add({candidates.model._meta.label: candidates.count()})
             continue
         for ids in _batches(candidates, batch):
             with transaction.atomic():
                 # Re-checked inside the DELETE: a row that changed since it was listed stays.
-                _, per_model = table.candidates(now - keep).filter(pk__in=ids).delete()
+                _, per_model = table.candidates(cutoff).filter(pk__in=ids).delete()
             report.add(per_model)
             report.batches += 1
             if progress:

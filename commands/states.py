@@ -5,6 +5,8 @@
                                                 └──dispatch── failed ◀──fail──┘
     draft / approved / failed ──cancel──▶ cancelled
 
+``queued → set-aside`` undoes a dispatch whose start never came (the connector was paused or
+held meanwhile): a first attempt back to ``approved``, a retry back to ``failed``.
 ``approved → dispatch`` is a command's first attempt, ``failed → dispatch`` a retry (the retry
 decision in ``commands.retry`` says which may go). A command is *dispatchable* when
 ``next_state(state, "dispatch")`` exists — the seed's ``dispatchable`` input.
@@ -37,6 +39,10 @@ class Event(models.TextChoices):
     SUCCEED = "succeed", "succeed"
     FAIL = "fail", "fail"
     CANCEL = "cancel", "cancel"
+    # A queued command of a connector paused or held since its sweep, claimed but never started:
+    # back to where the sweep took it from (commands.dispatch.hold.set_aside), no attempt spent.
+    SET_ASIDE = "set-aside", "set aside"
+    SET_ASIDE_RETRY = "set-aside-retry", "set aside (a retry)"
 
 
 TRANSITIONS: dict[tuple[str, str], str] = {
@@ -44,6 +50,8 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (State.APPROVED, Event.DISPATCH): State.QUEUED,
     (State.FAILED, Event.DISPATCH): State.QUEUED,
     (State.QUEUED, Event.START): State.DISPATCHING,
+    (State.QUEUED, Event.SET_ASIDE): State.APPROVED,
+    (State.QUEUED, Event.SET_ASIDE_RETRY): State.FAILED,
     (State.DISPATCHING, Event.SUCCEED): State.SUCCEEDED,
     (State.DISPATCHING, Event.FAIL): State.FAILED,
     (State.DRAFT, Event.CANCEL): State.CANCELLED,

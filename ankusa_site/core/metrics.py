@@ -18,8 +18,9 @@ from loopback too. Behind a reverse proxy on the same host every request comes f
 proxy refuses a scrape of ``/metrics`` without that header (deploy/nginx/ankusa.conf).
 
 What it does not do: keep counters across a node restart (Prometheus' ``rate()`` handles resets),
-or label anything with a tenant or command id (unbounded label values would grow the scrape
-without end).
+or label anything with a command id, or a tenant or connector beyond a fixed number of them
+(``commands.health_metrics``: the ``ANKUSA_METRICS_CONNECTORS`` failing longest), since unbounded
+label values would grow the scrape without end.
 """
 
 from __future__ import annotations
@@ -100,6 +101,11 @@ DISPATCH_ROUND = Histogram(
     "ankusa_dispatch_round_seconds",
     "Duration of one dispatch loop round.",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+CONNECTOR_HOLDS = Counter(
+    "ankusa_connector_holds_total",
+    "Outage holds of connectors: held (tripped by failures) and released (by a successful send).",
+    ["event"],
 )
 
 

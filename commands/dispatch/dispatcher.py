@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from commands.dispatch import hold
 from commands.dispatch.recorder import _Recorder, replay_spool
 from commands.dispatch.senders import _Senders
 from commands.dispatch.sends import Unstarted, _Entry
@@ -102,7 +103,7 @@ class Dispatcher:
                 entries.append(_Entry(item, command, item.payload["attempt"]))
         if gone:
             self.queue.done(*gone)
-        return entries
+        return hold.set_aside(entries, self.queue)  # a paused or held connector's: not sent
 
     def drain(
         self,

@@ -15,6 +15,8 @@ from django.db import transaction
 
 from ankusa_site.core import metrics
 from ankusa_site.core.logs import log_event
+from commands import health
+from commands.dispatch import hold
 from commands.dispatch.sends import Sent
 from commands.dispatch.statements import finish_recovered, finish_sends, insert_attempts
 from commands.lifecycle import decide_for, with_commit
@@ -113,6 +115,8 @@ def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) ->
                     )
                     results["stale"] += 1
         insert_attempts(recorded)
+        hold.observe(recorded, now)  # outage holds: counted with the outcomes they count
+        health.record(recorded)  # the connector health summary, in the same transaction
         results.update(State.SUCCEEDED.value if one.outcome.ok else State.FAILED.value for one in recorded)
         if items:
             with_commit(queue, lambda: queue.done(*items))

@@ -13,9 +13,11 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ankusa_site.core.logs import log_event
+from commands.dispatch import hold
 from commands.lifecycle import DECISION_FIELDS, commands_queue, decide_for, enqueue_with_commit, item_payload
 from commands.models import Command
 from commands.states import Event
@@ -47,10 +49,15 @@ def sweep(
     batch = batch or settings.ANKUSA_DISPATCH_BATCH
     queue = queue or commands_queue()
     summary = SweepSummary()
+    # Paused and held connectors: none of their commands is taken, bar a held one's probe.
+    probes = hold.probes_due(now) if connector is None else set()
+    stopped = hold.stopped_ids()
     after = 0
     while True:
         with transaction.atomic():
             due = Command.objects.due(now).filter(id__gt=after).order_by("id")
+            if stopped:
+                due = due.filter(~Q(connector_id__in=stopped) | Q(pk__in=probes))
             if connector is not None:  # a saved connector's commands (commands.staff.actions.reconsider)
                 due = due.filter(connector_id=connector)
             rows = list(
@@ -80,7 +87,7 @@ def sweep(
                 )
                 if moved != len(ids):  # the rows are locked: anything else is a bug, so undo the batch
                     raise RuntimeError(f"sweep moved {moved} of {len(ids)} locked commands")
-                payloads.extend(item_payload(pk, attempt) for pk, attempt in group)
+                payloads.extend(item_payload(pk, attempt, probe=pk in probes) for pk, attempt in group)
             for reason, ids in skipped.items():
                 Command.objects.filter(pk__in=ids).update(skip_reason=reason, skip_decided_at=now)
                 summary.skipped[reason] += len(ids)

@@ -4,6 +4,8 @@
   credential (``secret``) is kept apart from the rest of the configuration and is never shown
   back: admin forms treat it as write-only. ``idempotent`` is a declaration by staff that two
   sends are one instruction; only an explicit true counts, and only then are failures retried.
+  Its Standard Webhooks signing secrets (``signing_secrets``) are never edited through a form: only
+  ``commands.staff.connector_tools`` adds and drops them, and only a hint of each is ever shown.
 * ``Source``: a named way commands arrive for a tenant (``POST /hooks/<tenant>/<source>/``),
   fanning out to one command per connector. Its signature verifier (``commands.intake.signatures``) and
   dedupe key location (``commands.intake.event_keys``) are checked when it is saved (:meth:`Source.clean`),
@@ -93,3 +95,4 @@ __all__ = [
     "validate_headers",
     "validate_status_map",
 ]
+from commands.models.health import ConnectorHealth, HealthBucket  # noqa: E402, F401

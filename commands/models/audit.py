@@ -7,6 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from commands.models.command import Command
+from commands.models.connector import Connector
 
 
 class AuditEntry(models.Model):
@@ -18,6 +19,8 @@ class AuditEntry(models.Model):
         RESEND_OVERRIDE = "resend-override", "resend with override"
         CANCEL = "cancel", "cancel"
         NEW_COMMAND = "new-command", "make a new command"
+        PAUSE = "pause", "pause a connector"
+        RESUME = "resume", "resume a connector"
 
     at = models.DateTimeField(default=timezone.now, db_index=True)
     user = models.ForeignKey(
@@ -31,6 +34,14 @@ class AuditEntry(models.Model):
     done = models.PositiveIntegerField(help_text="Commands it changed.")
     result = models.JSONField(default=dict, blank=True, help_text="What happened to the others, by reason.")
     commands = models.ManyToManyField(Command, related_name="audit_entries", blank=True)
+    connector = models.ForeignKey(
+        Connector,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="audit_entries",
+        help_text="The connector a pause or resume was about.",
+    )
 
     class Meta:
         ordering = ["-at", "-id"]

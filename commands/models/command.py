@@ -191,6 +191,14 @@ class Command(models.Model):
                 name="commands_connector_waiting_idx",
                 condition=Q(state__in=[State.APPROVED, State.QUEUED]),
             ),
+            # Connector health: each connector's failed commands by why they wait (capped counts,
+            # commands.health_figures.waiting_annotations), one index range per reason, read from the index
+            # alone (the resend link is in it: it decides between two reasons).
+            models.Index(
+                fields=["connector", "skip_reason", "last_outlook", "resend_by"],
+                name="commands_connector_reason_idx",
+                condition=Q(state=State.FAILED),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -118,6 +119,13 @@ MIN_PER_S = 1 / 60
 
 
 MAX_PER_S = 10_000
+MAX_HOLD_AFTER = 1_000_000
+# What the pause actions, the dispatch loop and the connector tools (signing secrets, test sends)
+# write on a connector, never a form's save.
+RUNTIME_FIELDS = frozenset(
+    {"paused_at", "paused_by", "pause_reason", "held_since", "probe_at", "probes", "outage_failures",
+     "outage_since", "signing_secrets", "tested_at"}
+)  # fmt: skip
 
 
 class Connector(FixedOnceCreated, models.Model):
@@ -170,10 +178,42 @@ class Connector(FixedOnceCreated, models.Model):
         validators=[MinValueValidator(MIN_PER_S), MaxValueValidator(MAX_PER_S)],
         help_text="At most this many sends a second to this receiver, per dispatch process. Empty: no limit.",
     )
+    # Standard Webhooks signing (commands.signing): a list on the row rather than a table of its
+    # own, because the dispatcher loads connectors in bulk and a send must not cost a query more; a
+    # handful of entries, each {"id": "<8 hex>", "secret": "whsec_…", "added_at": iso}, all signing. Not
+    # editable: written only by commands.staff.connector_tools (add, drop), never through a form.
+    signing_secrets = models.JSONField(default=list, blank=True, editable=False)
+    # The last console test send (commands.staff.connector_tools): its compare-and-set paces them.
+    tested_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Pause and outage hold (commands.dispatch.hold, commands.staff.pausing): while either is set, none of its
+    # commands is sent and none spends an attempt.
+    hold_after_failures = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(MAX_HOLD_AFTER)],
+        help_text="Hold the connector after this many `again` failures in a row (0: never hold). "
+        "Empty: the site default (ANKUSA_HOLD_AFTER_FAILURES).",
+    )
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    paused_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        editable=False,
+    )
+    pause_reason = models.TextField(blank=True, editable=False)
+    held_since = models.DateTimeField(null=True, blank=True, editable=False)
+    probe_at = models.DateTimeField(null=True, blank=True, editable=False)
+    probes = models.PositiveIntegerField(default=0, editable=False)
+    outage_failures = models.PositiveIntegerField(default=0, editable=False)
+    outage_since = models.DateTimeField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["tenant", "name"]
+        permissions = [("pause_connector", "Can pause and resume a connector")]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="commands_connector_unique_name"),
         ]
@@ -217,7 +257,20 @@ class Connector(FixedOnceCreated, models.Model):
         if errors:
             raise ValidationError(errors)
 
+    @property
+    def stopped_since(self) -> datetime | None:
+        """Since when none of its commands is sent (paused or held); None while it sends."""
+        return self.paused_at or self.held_since
+
     def save(self, *args, **kwargs) -> None:
+        if self.pk is not None and not self._state.adding and kwargs.get("update_fields") is None:
+            # A person's edit never writes the pause and hold fields: the dispatch loop and the pause
+            # actions change them meanwhile, by conditional updates a stale form must not undo.
+            kwargs["update_fields"] = [
+                f.name
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name not in RUNTIME_FIELDS
+            ]
         # One transaction with the decisions its post_save receiver takes again on its commands
         # (commands.staff.actions.reconsider, connected by CommandsConfig.ready), which sets
         # ``self.reconsidered``.

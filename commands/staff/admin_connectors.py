@@ -6,7 +6,8 @@ all (Django would print a read-only field's value). A source's signing secrets l
 is added to the front of the list, old ones are removed by ticking them (each shown only by
 position and a fingerprint keyed with the site's secret key), and the verifier is checked when
 saved. The connector list shows each connector at a glance (``commands.staff.connector_glance``);
-a connector or source in use cannot be deleted.
+a connector or source in use cannot be deleted. A connector's page also sends a test and keeps
+its signing secrets (``commands.staff.admin_connector_tools``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
@@ -30,7 +30,9 @@ from commands.models import (
     Connector,
     Source,
 )
-from commands.staff import connector_glance
+from commands.staff import connector_glance, health_admin
+from commands.staff.admin_connector_tools import ConnectorTools
+from commands.staff.admin_pause import PauseActions
 from commands.staff.command_page import moment
 
 SECRET_FIELDS = ["secret", "clear_secret"]
@@ -50,13 +52,11 @@ def without_secrets(model_admin, request, obj, fieldsets, secret_fields):
 
 
 class ConnectorChangeList(GuardedChangeList):
-    """The connector list, with each page's recent success rates read in one query."""
+    """The connector list, with each page's health read in a fixed number of queries."""
 
     def get_results(self, request):
         super().get_results(request)
-        rates = connector_glance.success_rates([c.pk for c in self.result_list], timezone.now())
-        for connector in self.result_list:
-            connector.recent = rates.get(connector.pk)
+        health_admin.attach(self.result_list)
 
 
 class DeletableWhileUnused:
@@ -76,17 +76,12 @@ def failed_list_url(**filters) -> str:
     return reverse("admin:commands_failedcommand_changelist") + "?" + urlencode(filters)
 
 
-class ConnectorGlance:
+class ConnectorGlance(health_admin.HealthColumns):
     """The connector list's columns and the same figures on its page (``commands.staff.connector_glance``)."""
 
     @admin.display(description="URL")
     def short_url(self, connector: Connector) -> str:
         return Truncator(connector.url).chars(48) or "-"
-
-    @admin.display(description="success, 24 h")
-    def success_rate(self, connector: Connector) -> str:
-        rate = getattr(connector, "recent", None)
-        return rate.text() if rate else "-"
 
     @admin.display(description="failing", ordering="failing")
     def failing_link(self, connector: Connector):
@@ -126,15 +121,16 @@ class ConnectorGlance:
         if connector.pk is None:
             return "-"
         connector = connector_glance.annotate(Connector.objects.filter(pk=connector.pk)).get()
-        connector.recent = connector_glance.success_rates([connector.pk], timezone.now()).get(connector.pk)
+        health_admin.attach([connector])
         return format_html(
             '<table class="ankusa-glance"><tr><th>success, 24 h</th><td>{}</td></tr>'
             "<tr><th>failing</th><td>{}</td></tr><tr><th>waiting to go</th><td>{}</td></tr>"
-            "<tr><th>last error</th><td>{}</td></tr></table>",
+            "<tr><th>last error</th><td>{}</td></tr></table>{}",
             self.success_rate(connector),
             self.failing_link(connector),
             self.waiting_link(connector),
             self.last_error_link(connector),
+            health_admin.page_table(connector),
         )
 
 
@@ -161,7 +157,7 @@ class ConnectorForm(forms.ModelForm):
 
 
 @admin.register(Connector)
-class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
+class ConnectorAdmin(ConnectorTools, PauseActions, DeletableWhileUnused, ConnectorGlance, ModelAdmin):
     """Connectors, each with how it has been doing (``connector_glance``): a few annotations and one
     query per page, whatever the number of commands."""
 
@@ -173,25 +169,33 @@ class ConnectorAdmin(DeletableWhileUnused, ConnectorGlance, ModelAdmin):
         "short_url",
         "enabled",
         "idempotent",
+        "sending",
         "secret_set",
+        "health_hour",
         "success_rate",
+        "health_send_time",
+        "health_run",
         "failing_link",
+        "health_waiting",
         "waiting_link",
         "last_error_link",
     ]
     list_filter = ["kind", "enabled", "idempotent"]
-    list_select_related = ["tenant"]
+    list_select_related = ["tenant", "paused_by"]
     search_fields = ["name", "url", "tenant__slug"]
     autocomplete_fields = ["tenant"]
-    readonly_fields = ["secret_set", "problems", "glance", "updated_at"]
+    readonly_fields = ["secret_set", "problems", "glance", "sending", "updated_at"]
     fieldsets = [
-        (None, {"fields": ["tenant", "name", "kind", "enabled", "idempotent", "problems", "glance"]}),
+        (
+            None,
+            {"fields": ["tenant", "name", "kind", "enabled", "idempotent", "sending", "problems", "glance"]},
+        ),
         (
             "HTTP",
             {"fields": ["url", "method", "headers", "connect_timeout_s", "read_timeout_s", "status_map"]},
         ),
         ("Credential", {"fields": ["secret_header", "secret_set", "secret", "clear_secret"]}),
-        ("Pacing, per dispatch process", {"fields": ["max_in_flight", "max_per_s"]}),
+        ("Pacing, per dispatch process", {"fields": ["max_in_flight", "max_per_s", "hold_after_failures"]}),
         (None, {"fields": ["updated_at"]}),
     ]
 

@@ -6,13 +6,16 @@ answer) and a connector or source in use cannot be deleted.
 from __future__ import annotations
 
 from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ankusa_site.core.api import (
     clean_model,
 )
 from commands.models import Connector, Source
+from commands.staff import api_pause
 from commands.staff.api_base import MAX_ID, Editable, Owned, TenantFilterSet, editable_schema
+from commands.staff.health_api import HealthActions
 
 
 class SourceFilter(TenantFilterSet):
@@ -37,6 +40,7 @@ class ConnectorSerializer(Owned):
         help_text="The full credential header value. Write-only: never returned.",
     )
     secret_set = serializers.SerializerMethodField()
+    sending = serializers.SerializerMethodField()  # paused or held: commands.staff.api_pause
     headers = serializers.JSONField(required=False)
     status_map = serializers.JSONField(required=False)
 
@@ -45,7 +49,7 @@ class ConnectorSerializer(Owned):
         fields = [
             "id", "tenant", "name", "kind", "enabled", "idempotent", "url", "method", "headers",
             "connect_timeout_s", "read_timeout_s", "status_map", "secret_header", "secret", "secret_set",
-            "max_in_flight", "max_per_s", "updated_at",
+            "max_in_flight", "max_per_s", "hold_after_failures", "sending", "updated_at",
         ]  # fmt: skip
         extra_kwargs = {
             "connect_timeout_s": {"max_value": 3600},
@@ -55,15 +59,22 @@ class ConnectorSerializer(Owned):
     def get_secret_set(self, connector: Connector) -> bool:
         return bool(connector.secret)
 
+    @extend_schema_field(api_pause.SENDING)
+    def get_sending(self, connector: Connector) -> dict:
+        return api_pause.sending(connector)
+
     def validate(self, attrs: dict) -> dict:
         clean_model(self.instance or Connector(), attrs)
         return attrs
 
 
 @editable_schema(ConnectorSerializer)
-class ConnectorViewSet(Editable):
+class ConnectorViewSet(
+    api_pause.PauseActions, HealthActions, Editable
+):  # + /health/ (commands.staff.health_api)
     serializer_class = ConnectorSerializer
     permission_model = "commands.connector"
+    action_permissions = api_pause.PERMISSIONS
     filterset_class = ConnectorFilter
 
     def get_queryset(self):

@@ -90,7 +90,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AuditEntry
-        fields = ["id", "at", "username", "action", "via", "reason", "count", "done", "result"]
+        fields = ["id", "at", "username", "action", "via", "reason", "count", "done", "result", "connector"]
         read_only_fields = fields
 
 

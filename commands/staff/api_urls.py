@@ -19,18 +19,22 @@ commands; they never run a staff action, never read audit entries.
   answers its plan and writes nothing.
 * Big lists (commands, deliveries, attempts, audit) are cursor pages: no COUNT over the table,
   and the cost of a page does not grow with the table (see the query-count test).
+* A connector's test send and signing secrets are ``api_connector_tools`` (``commands.staff.connector_tools``).
 * Ids are 64-bit: a path or filter id past 2**63-1 is a 404 or a 400 before it reaches the database.
 """
 
 from rest_framework.routers import SimpleRouter
 
 from commands.staff.api_commands import CommandViewSet
+from commands.staff.api_connector_tools import ConnectorToolsViewSet
 from commands.staff.api_connectors import ConnectorViewSet, SourceViewSet
 from commands.staff.api_history import AuditEntryViewSet, DeliveryViewSet
 
 router = SimpleRouter()
 router.register("sources", SourceViewSet, basename="commands-source")
 router.register("connectors", ConnectorViewSet, basename="commands-connector")
+# A connector's test send and signing secrets: its own actions only, under the same paths.
+router.register("connectors", ConnectorToolsViewSet, basename="commands-connector-tools")
 # POST /commands/ is commands.intake.rest.submit, as it was before the viewset took the path over.
 router.register("commands", CommandViewSet, basename="commands-command")
 router.register("deliveries", DeliveryViewSet, basename="commands-delivery")

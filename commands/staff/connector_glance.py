@@ -8,9 +8,8 @@
   counts further.
 * **last error and when**: the error of its most recently failed command (the failed index, newest
   state change first: one row read).
-* **recent success rate**: of its attempts that finished in the last ``RECENT`` (the dashboard's
-  window), the share that succeeded. One GROUP BY for all the connectors of a page
-  (:func:`success_rates`), over the ``Attempt.finished_at`` index.
+* **recent success rate** and the rest of a connector's health: ``commands.health``, read from
+  its summary table, never from the attempts.
 
 All of it is annotations or one query per page, never a query per row. What it does not do: count
 past ``CAP``, or tell a connector that sent nothing recently from one that never worked (both "-").
@@ -18,18 +17,14 @@ past ``CAP``, or tell a connector that sent nothing recently from one that never
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import OuterRef, Subquery
 from django.db.models.expressions import RawSQL
 
-from commands.models import Attempt, Command
+from commands.models import Command
 from commands.states import State
 
 # At a glance, "more than 100" says what 4,000 would; the linked list counts up to 10,000.
 CAP = 100
-RECENT = timedelta(hours=24)
 WAITING_STATES = (State.APPROVED.value, State.QUEUED.value)
 
 
@@ -64,33 +59,6 @@ def annotate(queryset):
         last_error=Subquery(newest_failed.values("last_error")[:1]),
         last_failed_at=Subquery(newest_failed.values("state_changed_at")[:1]),
     )
-
-
-@dataclass(frozen=True)
-class Rate:
-    ok: int
-    total: int
-
-    def text(self) -> str:
-        return f"{round(100 * self.ok / self.total)}% of {self.total}"
-
-
-def success_rates(connector_ids: list[int], now: datetime) -> dict[int, Rate]:
-    """Each connector's attempts finished in the last ``RECENT`` and how many succeeded (one query).
-
-    Grouped for every connector, not filtered by ``connector_ids``: read from the attempts' time
-    index, then each attempt's command by its key. A filter on the connectors would let a planner
-    (SQLite's) start from the commands instead — all of them, not the last day's."""
-    if not connector_ids:
-        return {}
-    wanted = set(connector_ids)
-    rows = (
-        Attempt.objects.filter(finished_at__gte=now - RECENT)
-        .order_by()
-        .values_list("command__connector_id")
-        .annotate(total=Count("pk"), ok=Count("pk", filter=Q(ok=True)))
-    )
-    return {connector: Rate(ok, total) for connector, total, ok in rows if connector in wanted}
 
 
 def capped(n: int | None) -> str:

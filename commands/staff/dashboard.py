@@ -5,7 +5,7 @@ failed commands by why they wait (the badge's rule, ``admin_lists.waits_for``), 
 finished in the last 24 hours by hour and outcome. The queues come from ``queues.actions.overview``;
 a backend that fails (Redis down) is a line on the page, never an error page. Whether the dispatch
 loop is alive comes from ``commands.dispatch.heartbeat`` (each process's last round, and a warning when none
-ran recently). The page reloads itself every ``REFRESH_S`` seconds.
+ran recently); the connectors failing the longest run from ``commands.health``'s summary. The page reloads itself every ``REFRESH_S`` seconds.
 
 The chart is SVG made here, on the server, and inlined in the page: no JavaScript, no CDN, so the
 admin works offline. Outcomes: ``ok``; ``failed`` by the adapter's outlook (``again``,
@@ -29,6 +29,7 @@ from django.utils.safestring import SafeString
 from commands.dispatch import heartbeat
 from commands.models import Attempt, Command
 from commands.retry import Outlook
+from commands.staff import health_admin
 from commands.staff.admin_lists import NO_REASON, waits_for
 from commands.staff.explain import SKIP_REASONS
 from commands.states import State
@@ -213,4 +214,6 @@ def dashboard(now: datetime | None = None) -> dict[str, Any]:
         "queue_problems": queues["problems"],
         "chart": outcome_chart(hours),
         "attempts_24h": sum(sum(counts.values()) for _, counts in hours),
+        # Connector health (commands.health): the few failing the longest run, from its summary.
+        "worst_connectors": health_admin.worst_connectors(now),
     }

@@ -15,8 +15,13 @@ who makes it (the machine, a person, nobody) and when: "the last of 3 tries fail
   command nobody will check again has no next check.
 
 :data:`SKIP_REASONS` keeps each reason's static label, meaning and tone, for a legend or a count.
-What this does not do: read the connector or the attempts (a connector's change re-decides the
-stored reasons in the same transaction, ``commands.staff.actions.reconsider``); it may be a round stale.
+* A command the machine would send but whose connector is paused or held (``commands.dispatch.hold``)
+  waits for that (``paused``, by whom, why, since when; ``held`` during a receiver's outage, until a
+  probe succeeds): read from its connector, which the lists load with it. One that waits for a
+  person keeps its own reason: resuming would not send it.
+
+What this does not do: read the attempts (a connector's change re-decides the stored reasons in the
+same transaction, ``commands.staff.actions.reconsider``); it may be a round stale.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from commands.states import State
 AGAIN_TRIES = len(AGAIN_BACKOFF)
 AFTER_FIX_MINUTES = int(AFTER_FIX_PERIOD.total_seconds() // 60)
 RESEND_PENDING = "resend-pending"
+PAUSED, HELD = "paused", "held"
 AFTER_FIX = Outlook.AFTER_FIX.value
 
 # Who makes the next event.
@@ -110,6 +116,24 @@ SKIP_REASONS: dict[str, Meaning] = {
         "resend pending",
         "a person resent it",
         "nothing to do: it goes once at its due time",
+        "wait",
+    ),
+}
+
+# Why a command waits for its connector rather than for itself (not skip reasons: nothing is
+# written on the command, so they are not in the skip-reason filters).
+CONNECTOR_STOPS: dict[str, Meaning] = {
+    PAUSED: Meaning(
+        "paused",
+        "its connector is paused",
+        "resume the connector (its commands then go at the resend rate)",
+        "person",
+    ),
+    HELD: Meaning(
+        "held",
+        "its connector is held: the receiver failed many sends in a row",
+        "nothing to do: a probe goes out now and then, and the first success sends the waiting "
+        "commands at the resend rate; look at the receiver",
         "wait",
     ),
 }
@@ -308,9 +332,31 @@ def _state(command, now: datetime) -> Explanation:
     )
 
 
+def _stopped(command, explained: Explanation) -> Explanation | None:
+    """The wait for a paused or held connector of a command the machine would send, else None."""
+    if command.state not in (State.APPROVED, State.QUEUED, State.FAILED) or explained.by != MACHINE:
+        return None
+    connector = command.connector
+    if connector.paused_at is not None:
+        meaning = CONNECTOR_STOPS[PAUSED]
+        # Who paused it is on the connector's page and in the audit: a list loads no user per row.
+        return _from(meaning, PAUSED, reason=f"{meaning.meaning}: {connector.pause_reason}",
+                     next="waits for a person to resume it", by=PERSON, at=connector.paused_at)  # fmt: skip
+    if connector.held_since is not None:
+        meaning = CONNECTOR_STOPS[HELD]
+        return _from(meaning, HELD, reason=f"{meaning.meaning} (since {stamp(connector.held_since)})",
+                     next="the next probe goes out", by=MACHINE, at=connector.probe_at)  # fmt: skip
+    return None
+
+
 def explain(command, now: datetime | None = None) -> Explanation:
     """Why ``command`` waits and what happens next (see the module docstring)."""
     now = now or timezone.now()
+    explained = _explain(command, now)
+    return _stopped(command, explained) or explained
+
+
+def _explain(command, now: datetime) -> Explanation:
     if command.state != State.FAILED:
         return _state(command, now)
     if getattr(command, "resend_by_id", None) is not None:

@@ -195,6 +195,21 @@ class Sink:
 
             do_PUT = do_PATCH = do_POST
 
+            def do_HEAD(self):  # a health probe (commands.hold): answered as respond says, no body
+                request = Received(
+                    key="", method="HEAD", path=self.path, headers=dict(self.headers.items()), body=b""
+                )
+                nth = sink._record(request)
+                try:
+                    status, headers, *_ = sink.respond(request, nth)
+                finally:
+                    sink._answered()
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
         return Handler
 
 

@@ -23,6 +23,8 @@ MATRIX = [
     ("GET", "/api/v1/sources/{a_source}/", None, A_ROW),
     ("GET", "/api/v1/connectors/", None, TENANT_LIST),
     ("GET", "/api/v1/connectors/{a_connector}/", None, A_ROW),
+    ("GET", "/api/v1/connectors/health/", None, TENANT_LIST),
+    ("GET", "/api/v1/connectors/{a_connector}/health/", None, A_ROW),
     ("GET", "/api/v1/commands/", None, TENANT_LIST),
     ("GET", "/api/v1/commands/?state=failed&skip_reason=never", None, TENANT_LIST),
     ("GET", "/api/v1/commands/{a_command}/", None, A_ROW),
@@ -40,6 +42,13 @@ MATRIX = [
     ("POST", "/api/v1/connectors/", {"tenant": "acme", "name": "new", "kind": "log"}, (*ADMIN_ONLY, 201)),
     ("PATCH", "/api/v1/connectors/{a_connector}/", {"enabled": False}, (*OPERATOR_UP, 200, 200)),
     ("DELETE", "/api/v1/connectors/{a_spare_connector}/", None, (*ADMIN_ONLY, 204)),
+    ("POST", "/api/v1/connectors/{a_connector}/test/", None, (*OPERATOR_UP, 200, 200)),
+    ("GET", "/api/v1/connectors/{a_connector}/signing-secrets/", None, A_ROW),
+    ("POST", "/api/v1/connectors/{a_connector}/signing-secrets/", None, (*OPERATOR_UP, 201, 201)),
+    # No such secret: past the permission check, a 404.
+    ("DELETE", "/api/v1/connectors/{a_connector}/signing-secrets/0123abcd/", None, (*OPERATOR_UP, 404, 404)),
+    ("POST", "/api/v1/connectors/{a_connector}/pause/", {"reason": "migrating"}, (*OPERATOR_UP, 200, 200)),
+    ("POST", "/api/v1/connectors/{a_connector}/resume/", {}, (*OPERATOR_UP, 409, 409)),  # not paused
     ("POST", "/api/v1/sources/", {"tenant": "acme", "slug": "new"}, (*ADMIN_ONLY, 201)),
     ("PATCH", "/api/v1/sources/{a_source}/", {"needs_approval": True}, (*OPERATOR_UP, 200, 200)),
     ("DELETE", "/api/v1/sources/{a_spare_source}/", None, (*ADMIN_ONLY, 204)),

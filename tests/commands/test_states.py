@@ -9,6 +9,8 @@ ALLOWED = {
     ("approved", "dispatch"): "queued",
     ("failed", "dispatch"): "queued",
     ("queued", "start"): "dispatching",
+    ("queued", "set-aside"): "approved",
+    ("queued", "set-aside-retry"): "failed",
     ("dispatching", "succeed"): "succeeded",
     ("dispatching", "fail"): "failed",
     ("draft", "cancel"): "cancelled",

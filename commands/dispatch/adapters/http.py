@@ -5,7 +5,8 @@ receiver, at most ``ANKUSA_DISPATCH_CONCURRENCY`` per host), no automatic retrie
 a retry is the retry decision's business, never the client's.
 
 Each request carries ``Idempotency-Key: <command id>`` so a receiver can dedupe our retries, and
-the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``).
+the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``), and
+the Standard Webhooks signature when the connector signs (``commands.signing``).
 The connector's own headers go too, but never a framing or hop-by-hop one, one a send sets itself
 or the credential's (:func:`sent_headers`; refused when saved, left out for rows saved before).
 Every new connection goes only to an address ``commands.dispatch.adapters.egress`` allows, checked where it
@@ -41,6 +42,7 @@ from urllib.parse import urlsplit
 import urllib3
 from django.conf import settings
 
+from commands import signing
 from commands.dispatch.adapters import EXCERPT_CHARS, Outcome, egress, header_value_problem
 from commands.retry import Outlook
 
@@ -61,7 +63,7 @@ BAD_HEADER_NAME = "a header name is not a valid HTTP header name"
 FRAMING_HEADERS = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade"}
 )
-DISPATCH_HEADERS = frozenset({"content-type", "idempotency-key"})
+DISPATCH_HEADERS = frozenset({"content-type", "idempotency-key"}) | signing.RESERVED_HEADERS
 
 
 def reserved_header_problem(name: str) -> str | None:
@@ -235,9 +237,10 @@ class HttpAdapter:
         headers["Idempotency-Key"] = str(command.pk)
         if connector.secret_header:
             headers[connector.secret_header] = connector.secret
+        body = json.dumps(command.payload, separators=(",", ":")).encode()
+        headers.update(signing.send_headers(command, body))  # Standard Webhooks, when it signs
         connect, read = send_timeouts(connector)
         timeout = urllib3.Timeout(connect=connect, read=read)
-        body = json.dumps(command.payload, separators=(",", ":")).encode()
         try:
             response = _post(
                 connector.method,

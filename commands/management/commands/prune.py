@@ -1,4 +1,5 @@
-"""``manage.py prune [--older-than 30d]``: delete old finished rows in batches (``commands.retention``)."""
+"""``manage.py prune [--older-than 30d]``: delete old finished rows and old health buckets in batches
+(``commands.retention``)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ def parse_age(value: str) -> timedelta:
 
 
 class Command(BaseCommand):
-    help = "Delete finished commands, deliveries and audit rows older than their retention, in batches."
+    help = (
+        "Delete finished commands, deliveries and audit rows older than their retention, and connector "
+        "health buckets no figure reads, in batches."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
