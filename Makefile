@@ -37,11 +37,12 @@ run: $(VENV)/.installed
 	exec $(PY) manage.py serve --bind 127.0.0.1:$(PORT)
 
 # The whole suite plus the linter and the type checker (its cache in var/mypy_cache), then the
-# intake and dispatch tests once more with every fast path turned back to stock Django
-# (ankusa_site/stock.py), which each is held to. Uses DATABASE_URL / REDIS_URL when set.
+# intake, dispatch and database-queue tests once more with every fast path turned back to stock Django
+# (ankusa_site/core/stock.py), which each is held to. Uses DATABASE_URL / REDIS_URL when set.
 STOCK_TESTS := tests/commands/test_intake_hooks.py tests/commands/test_intake_api.py \
 	tests/commands/test_intake_json.py tests/commands/test_dispatch.py \
-	tests/commands/test_dispatch_statements.py tests/commands/test_dispatch_outcomes.py
+	tests/commands/test_dispatch_statements.py tests/commands/test_dispatch_outcomes.py \
+	tests/queues/test_contract.py tests/queues/test_database.py tests/queues/test_transactional_enqueue.py
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .

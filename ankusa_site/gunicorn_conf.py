@@ -20,8 +20,8 @@ import re
 from gunicorn import util
 from gunicorn.glogging import Logger
 
-from ankusa_site.env import env_networks
-from ankusa_site.logs import is_sensitive
+from ankusa_site.core.env import env_networks
+from ankusa_site.core.logs import is_sensitive
 
 # gunicorn's statuses for what it refuses, and the site's error codes for them.
 SERVER_ERRORS = {

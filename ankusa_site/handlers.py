@@ -11,7 +11,7 @@ included, and every error under ``/api/`` and ``/hooks/`` is JSON, ``DEBUG`` or 
 never calls, an async-only one (the site does not start until it is skipped), or one that routes by
 ``request.urlconf`` (a 500). ``ankusa_site.wsgi`` serves with :class:`SiteWSGIHandler`; the tests'
 ``client`` fixture uses the same shortcut (``tests.conftest.SiteClient``).
-``ANKUSA_STOCK_DJANGO=handler`` (``ankusa_site.stock``) turns the shortcut off: every request
+``ANKUSA_STOCK_DJANGO=handler`` (``ankusa_site.core.stock``) turns the shortcut off: every request
 then goes Django's way, JSON errors kept.
 """
 
@@ -26,8 +26,8 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
 from django.utils.module_loading import import_string
 
-from ankusa_site.answers import error, wants_json
-from ankusa_site.stock import stock
+from ankusa_site.core.answers import error, wants_json
+from ankusa_site.core.stock import stock
 
 # The paths of ``commands.intake.hooks.receive`` in ``ankusa_site.urls`` (``<str:…>`` is ``[^/]+``).
 HOOK_PATH = re.compile(r"/hooks/([^/]+)/([^/]+)/?")
@@ -37,7 +37,7 @@ HOOK_PATH = re.compile(r"/hooks/([^/]+)/([^/]+)/?")
 SKIPPED_FOR_HOOKS = {
     "whitenoise.middleware.WhiteNoiseMiddleware": "it serves /static/ only",
     "django.contrib.sessions.middleware.SessionMiddleware": "the view reads no session and sets none",
-    "ankusa_site.middleware.chunked_body": "the view reads a chunked body itself, up to the tenant's limit",
+    "ankusa_site.core.middleware.chunked_body": "the view reads a chunked body itself, up to the tenant's limit",
     "django.middleware.csrf.CsrfViewMiddleware": "the view is csrf_exempt and sets no CSRF cookie",
     "django.contrib.auth.middleware.AuthenticationMiddleware": "a webhook is signed, not logged in",
     "django.contrib.messages.middleware.MessageMiddleware": "the view sends no messages",

@@ -4,7 +4,7 @@ The defaults give a working embedded setup: SQLite under ``var/``, the node-loca
 the database queue, no Redis needed. Past one machine the same code runs on PostgreSQL and Redis
 by setting ``DATABASE_URL``, ``ANKUSA_STORE_SCOPE=fleet`` and ``ANKUSA_QUEUE_BACKEND=redis``.
 
-Every value goes through ``ankusa_site.env``, which raises ``ImproperlyConfigured`` naming the
+Every value goes through ``ankusa_site.core.env``, which raises ``ImproperlyConfigured`` naming the
 variable, so a typo fails the boot. Rules that span several settings are system checks
 (``ankusa_site.checks``). Nothing here connects to anything: Redis and the database are reached
 lazily, so an outage never blocks start-up.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ankusa_site import stock
-from ankusa_site.env import (
+from ankusa_site.core import stock
+from ankusa_site.core.env import (
     env_bool,
     env_choice,
     env_database,
@@ -31,7 +31,7 @@ from ankusa_site.env import (
     env_redis_url,
     env_str,
 )
-from ankusa_site.varfiles import private_dir, write_private
+from ankusa_site.core.varfiles import private_dir, write_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ANKUSA_VAR_DIR", str(BASE_DIR / "var")))
@@ -96,12 +96,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "ankusa_site.middleware.body_timeout",
+    "ankusa_site.core.middleware.body_timeout",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "ankusa_site.middleware.chunked_body",
+    "ankusa_site.core.middleware.chunked_body",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -126,7 +126,7 @@ TEMPLATES = [
     },
 ]
 
-# Which fast paths run Django's stock way instead (ankusa_site.stock): none by default.
+# Which fast paths run Django's stock way instead (ankusa_site.core.stock): none by default.
 ANKUSA_STOCK_DJANGO = stock.parse(env_str("ANKUSA_STOCK_DJANGO", "0"))
 DATABASES = {
     "default": stock.stock_engine(
@@ -138,7 +138,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # SQLite creates its file but not the folder; a fresh clone has no var/ yet. A folder that
     # cannot be made is left for the database check (/healthz) to report, not a boot failure.
-    # The site's own folder is owner-only (ankusa_site.varfiles); a folder named elsewhere is left
+    # The site's own folder is owner-only (ankusa_site.core.varfiles); a folder named elsewhere is left
     # as its owner made it. The backend creates the file itself owner-only.
     for _name in (DATABASES["default"]["NAME"], DATABASES["default"]["TEST"]["NAME"]):
         try:
@@ -192,21 +192,21 @@ STORAGES = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ANKUSA_MAX_REQUEST_BYTES", 10 * 1024 * 1024, minimum=1024)
 
 # Our own Bearer tokens (limits.tokens) and the admin's session; DRF's authtoken is not used, so a
-# second, unhashed kind of token cannot exist. Who may do what: ankusa_site.permissions.ApiPermission.
+# second, unhashed kind of token cannot exist. Who may do what: limits.permissions.ApiPermission.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "limits.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["ankusa_site.permissions.ApiPermission"],
-    "DEFAULT_PARSER_CLASSES": ["ankusa_site.parsers.JSONParser"],
+    "DEFAULT_PERMISSION_CLASSES": ["limits.permissions.ApiPermission"],
+    "DEFAULT_PARSER_CLASSES": ["ankusa_site.core.parsers.JSONParser"],
     # JSON only: no browsable API, whose pages would answer an error as HTML.
-    "DEFAULT_RENDERER_CLASSES": ["ankusa_site.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["ankusa_site.core.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["ankusa_site.api.StrictFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "ankusa_site.api.Cursor",
+    "DEFAULT_FILTER_BACKENDS": ["ankusa_site.core.api.StrictFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "ankusa_site.core.api.Cursor",
     "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "ankusa_site.api.json_errors",
+    "EXCEPTION_HANDLER": "ankusa_site.core.api.json_errors",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -314,7 +314,7 @@ ANKUSA_DISPATCH_RECOVER_S = env_float("ANKUSA_DISPATCH_RECOVER_S", 2.0, minimum=
 ANKUSA_INTAKE_CACHE_S = env_float("ANKUSA_INTAKE_CACHE_S", 1.0, minimum=0)
 # How long a request may take to send its body once its headers arrived (under gunicorn): past it
 # the answer is 408 and the connection reads no more, so clients that trickle their bodies cannot
-# hold every thread of a node (ankusa_site/middleware.py).
+# hold every thread of a node (ankusa_site/core/middleware.py).
 ANKUSA_BODY_TIMEOUT_S = env_float("ANKUSA_BODY_TIMEOUT_S", 10.0, minimum=0.01, maximum=3600)
 
 # --- Celery (optional: `manage.py dispatch` needs none of it) ------------------------------------
@@ -369,8 +369,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "text": {"()": "ankusa_site.logs.TextFormatter"},
-        "json": {"()": "ankusa_site.logs.JsonFormatter"},
+        "text": {"()": "ankusa_site.core.logs.TextFormatter"},
+        "json": {"()": "ankusa_site.core.logs.JsonFormatter"},
     },
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": ANKUSA_LOG_FORMAT},

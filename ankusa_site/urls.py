@@ -8,11 +8,12 @@ from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from ankusa_site import health, schema  # noqa: F401 - schema registers the token scheme
-from ankusa_site.answers import JSON_PREFIXES, error, wants_json
+from ankusa_site import schema  # noqa: F401 - schema registers the token scheme
+from ankusa_site.core import health
+from ankusa_site.core.answers import JSON_PREFIXES, error, wants_json
+from ankusa_site.core.metrics import metrics_view
+from ankusa_site.core.renderers import JSONRenderer
 from ankusa_site.favicon import favicon
-from ankusa_site.metrics import metrics_view
-from ankusa_site.renderers import JSONRenderer
 from commands.intake.hooks import receive
 from commands.staff.views import demo_receiver
 

@@ -52,7 +52,7 @@ def child(engine: str, path: str, threads: int, start_at: float, seconds: float,
     import django
     from django.conf import settings
 
-    from ankusa_site.env import parse_database_url
+    from ankusa_site.core.env import parse_database_url
 
     database = parse_database_url("DATABASE_URL", f"sqlite:///{path}", base_dir=BASE_DIR)
     settings.configure(DATABASES={"default": {**database, "ENGINE": engine}}, USE_TZ=True)

@@ -38,7 +38,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from ankusa_site.stock import stock
+from ankusa_site.core.stock import stock
 from commands.models.health import (
     BIN_FIELDS,
     BINS,

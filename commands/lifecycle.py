@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db import transaction
-
 from commands import retry, wake
 from commands.states import State, dispatchable
-from queues.fifo import ReliableFIFO, get_queue
+from queues.backends import get_queue
+from queues.fifo import ReliableFIFO
 
 QUEUE_NAME = "commands"
 
@@ -33,22 +32,20 @@ def item_payload(command_id: int, attempt: int, *, probe: bool = False) -> dict:
 
 
 def with_commit(queue: ReliableFIFO, write: Callable[[], object]) -> None:
-    """Run a queue write as part of the surrounding transaction.
+    """Run a queue write as part of the surrounding transaction (``ReliableFIFO.on_commit``).
 
-    The database queue joins the transaction, so a command's state change and its queue item
-    commit together. Any other backend is written after the commit, so no worker sees a command
-    before its state is committed; a crash in between leaves a command ``queued`` without an item
-    (which :func:`recover` repairs) or a finished item still busy (a stale no-op when reclaimed).
+    A queue that joins the transaction commits a command's state change and its queue item
+    together. Any other is written after the commit, so no worker sees a command before its state
+    is committed; a crash in between leaves a command ``queued`` without an item (which
+    ``commands.dispatch.recovery.recover`` repairs) or a finished item still busy (a stale no-op
+    when reclaimed).
     """
-    if queue.backend == "database":
-        write()
-    else:
-        transaction.on_commit(write)
+    queue.on_commit(write)
 
 
 def enqueue_with_commit(queue: ReliableFIFO, payloads: list[dict]) -> None:
     if payloads:
-        with_commit(queue, lambda: queue.enqueue(*payloads))
+        queue.enqueue_on_commit(*payloads)
         wake.after_enqueue()  # the queue wakes the loops itself; Celery is asked (commands.wake)
 
 

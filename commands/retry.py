@@ -30,6 +30,7 @@ not know whether the last attempt actually reached the receiver (that is the ada
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -133,3 +134,11 @@ def decide(
     if done >= len(AGAIN_BACKOFF):
         return Decision(take=False, skip=SkipReason.ATTEMPTS_SPENT)
     return Decision(take=True, attempt=done + 1, next_attempt_at=now + AGAIN_BACKOFF[done])
+
+
+def resend_due_times(count: int, now: datetime, *, per_second: float, rng: random.Random) -> list[datetime]:
+    """Due times for ``count`` resends: the i-th at ``i / per_second`` seconds, plus a jitter of up
+    to half a slot, so no second holds more than ``per_second + 1`` of them."""
+    slot = 1.0 / per_second
+    # The first one at once (a lone resend goes when the dispatchers wake), the others jittered.
+    return [now + timedelta(seconds=i * slot + (rng.uniform(0, slot / 2) if i else 0)) for i in range(count)]

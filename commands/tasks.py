@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 
 from celery import shared_task
 from django.conf import settings
@@ -32,30 +31,6 @@ from commands.lifecycle import commands_queue
 def consume_after_commit() -> None:
     """Ask a worker to drain the queue once the current transaction (if any) has committed."""
     transaction.on_commit(consume.delay)
-
-
-# A process asks for at most one poll in this time: under load one drain serves many commits (it
-# keeps claiming while work is queued), and beat's poll catches what an ask skipped.
-WAKE_EVERY_S = 0.05
-_last_wake = [0.0]
-
-
-def wake_after_commit() -> None:
-    """With ``ANKUSA_DISPATCH_CELERY_WAKE``: once the current transaction commits, ask a worker
-    for the poll (one drain at a time, fleet-wide): work was queued, or commands made due."""
-    if settings.ANKUSA_DISPATCH_CELERY_WAKE:
-        transaction.on_commit(_ask_poll)
-
-
-def _ask_poll() -> None:
-    now = time.monotonic()
-    if now - _last_wake[0] < WAKE_EVERY_S:
-        return
-    _last_wake[0] = now
-    try:
-        poll.delay(sweep=True)
-    except Exception as exc:  # the broker is down: beat's poll is the safety net
-        logger.warning("dispatch wake: the poll could not be asked for (%s)", exc)
 
 
 @shared_task(name="commands.sweep")
@@ -127,7 +102,7 @@ def poll(sweep: bool = False) -> dict:
     interval, would otherwise start a dispatcher in every worker process (its pool of senders and
     connections each, the per-connector cap as many times over at one receiver). The lock is
     short and renewed while the drain runs (``POLL_LOCK_TTL_S``), so a killed worker stalls the
-    others for seconds. ``sweep``: asked by a wake (``wake_after_commit``), which may mean commands
+    others for seconds. ``sweep``: asked by a wake (``commands.wake``), which may mean commands
     made due rather than queued: a sweep first when nothing waits. A poll that ends its drain with
     work still waiting asks for the next one as it releases the lock."""
     if sweep and not items_waiting(commands_queue()):

@@ -12,7 +12,7 @@ from django.db.models import Prefetch
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from ankusa_site.admin import ModelAdmin
+from ankusa_site.core.admin import ModelAdmin
 from limits import actions, tokens
 from limits.models import OWN_LIMIT_FIELDS, ApiToken, LimitOverride, Tenant
 from limits.quotas import EffectiveLimit, effective_limits

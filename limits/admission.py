@@ -36,8 +36,8 @@ from datetime import datetime
 
 from django.conf import settings
 
-from ankusa_site import metrics
-from ankusa_site.logs import log_event
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
 from limits.gcra import Limit
 from limits.models import Tenant
 from limits.quotas import EffectiveLimit, effective_limits, max_body_bytes

@@ -12,7 +12,7 @@
   is a 400), DELETE removes it. Both reset the tenant's buckets (``limits.actions``).
 
 Staff need ``limits.view_tenant`` to read and ``limits.add|change_tenant`` / ``limits.*_limitoverride``
-to write (``ankusa_site.permissions.ApiPermission``). A tenant token reads its own tenant and limits only;
+to write (``limits.permissions.ApiPermission``). A tenant token reads its own tenant and limits only;
 any other tenant is a 404, like one that does not exist. Every error is JSON
 ``{"error": code, "detail": text}`` (validation errors add ``fields``).
 """
@@ -28,7 +28,7 @@ from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ankusa_site.api import (
+from ankusa_site.core.api import (
     Access,
     Cursor,
     FloatNumber,

@@ -62,8 +62,7 @@ def touch(token, now=None) -> None:
     """Record use, at most once per ``LAST_USED_RESOLUTION``."""
     from django.db.models import Q
 
-    from limits.models import ApiToken
-
     now = now or timezone.now()
     stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
-    ApiToken.objects.filter(Q(pk=token.pk) & stale).update(last_used_at=now)
+    # The token's own model, not an import of limits.models (which imports this module).
+    type(token)._default_manager.filter(Q(pk=token.pk) & stale).update(last_used_at=now)

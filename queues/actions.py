@@ -37,10 +37,11 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
-from ankusa_site.health import redis_in_use
-from ankusa_site.logs import log_event
+from ankusa_site.core.health import redis_in_use
+from ankusa_site.core.logs import log_event
+from queues.backends import backend_for, get_queue
 from queues.backends.database import DatabaseFIFO
-from queues.fifo import NAME_PATTERN, Item, Kind, ReliableFIFO, backend_for, get_queue
+from queues.fifo import NAME_PATTERN, Item, Kind, ReliableFIFO
 from queues.models import QueueItem
 
 logger = logging.getLogger("ankusa.queues")

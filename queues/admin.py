@@ -30,7 +30,7 @@ from django.utils.text import Truncator
 from django.utils.timesince import timesince
 from redis.exceptions import RedisError
 
-from ankusa_site.admin import ModelAdmin, readable_json, selected_across
+from ankusa_site.core.admin import ModelAdmin, readable_json, selected_across
 from queues import actions
 from queues.fifo import KINDS, Item, Kind
 from queues.models import QueueItem

@@ -24,10 +24,11 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ankusa_site.api import Access, StrictSerializer, errors, refuse_unknown_query_params
-from ankusa_site.management import arguments
+from ankusa_site.core import arguments
+from ankusa_site.core.api import Access, StrictSerializer, errors, refuse_unknown_query_params
 from queues.actions import overview
-from queues.fifo import NAME_PATTERN, ReliableFIFO, get_queue
+from queues.backends import get_queue
+from queues.fifo import NAME_PATTERN, ReliableFIFO
 
 # The bodies are two small numbers; anything much bigger is not one of them.
 MAX_BODY_BYTES = 4096

@@ -13,9 +13,8 @@ expired and whose item was recovered and claimed by someone else cannot complete
 second time: the call skips it, logs a warning and reports it in its return value. (A bare id
 instead of an ``Item`` skips that guard: it acts on whatever claim the item is under.)
 
-Backend per queue name (settings, in precedence order): ``ANKUSA_QUEUE_BACKENDS`` (``name=redis``)
-> ``ANKUSA_QUEUE_BACKEND`` > ``database``. Both backends keep the seed's bounds: enqueue O(1) per
-item, claim O(n claimed) whatever the queue length, done O(log busy).
+The backend of a queue name: ``queues.backends.get_queue``. Both backends keep the seed's bounds:
+enqueue O(1) per item, claim O(n claimed) whatever the queue length, done O(log busy).
 
 What this does NOT guarantee:
 * Exactly-once *processing*. An item is handed to one consumer at a time, but a consumer that
@@ -31,6 +30,7 @@ What this does NOT guarantee:
 from __future__ import annotations
 
 import abc
+import functools
 import json
 import logging
 import re
@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from ankusa_site import metrics
-from ankusa_site.logs import log_event
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
 
 Kind = Literal["main", "busy", "failed"]
 KINDS: tuple[Kind, ...] = ("main", "busy", "failed")
@@ -114,6 +114,46 @@ class ReliableFIFO(abc.ABC):
     @abc.abstractmethod
     def enqueue(self, *payloads: Any) -> list[int]:
         """Append JSON payloads in order; returns their item ids. O(1) per item."""
+
+    # --- transactional writes: what every backend declares -----------------------------------------
+
+    @abc.abstractmethod
+    def joins_transaction(self, using: str = DEFAULT_DB_ALIAS) -> bool:
+        """Whether this queue's writes join the caller's transaction on database connection
+        ``using`` (they commit or roll back with it), or cannot (written after the commit)."""
+
+    def on_commit(self, write: Callable[[], object], *, using: str = DEFAULT_DB_ALIAS) -> None:
+        """Run ``write`` (a call on this queue) as part of the caller's transaction on ``using``.
+
+        A queue that joins it (``joins_transaction``) writes now, inside it: the write commits or
+        rolls back with the caller's rows, atomically. Any other writes after the commit
+        (``transaction.on_commit``): a rollback leaves nothing written, but a crash or an outage
+        between the commit and the write leaves the caller's rows without it, so the caller must be
+        able to find and redo them (commands: the dispatch loop's recovery of lost commands).
+        Outside a transaction both write at once.
+        """
+        if self.joins_transaction(using):
+            write()
+        else:
+            transaction.on_commit(write, using=using)
+
+    def enqueue_on_commit(self, *payloads: Any, using: str = DEFAULT_DB_ALIAS) -> None:
+        """``enqueue`` as part of the caller's transaction on ``using`` (see ``on_commit``): the
+        items exist once it commits, and never if it rolls back."""
+        if payloads:
+            self.on_commit(functools.partial(self.enqueue, *payloads), using=using)
+
+    def enqueue_in_statement(
+        self, rows: str, payload: str, order: str, *, using: str = DEFAULT_DB_ALIAS
+    ) -> tuple[str, list] | None:
+        """An SQL ``INSERT`` of items for the caller's own statement on ``using``, or None when this
+        queue cannot be written by it (the default: another store, another connection, a vendor or
+        a mode without the hand-written SQL). One item per row of ``rows`` (a table expression of
+        the caller's statement, e.g. a data-modifying CTE), in the order of ``order``, ``payload``
+        an SQL expression of its JSON. Returns the SQL and its parameters, placed first. A caller
+        given None writes its rows, then ``enqueue_on_commit``: the same items, more round trips.
+        """
+        return None
 
     # --- consumers --------------------------------------------------------------------------------
 
@@ -397,29 +437,6 @@ def clip_error(error: str) -> str:
 
 def ids_of(items: Iterable[Item | int]) -> list[int]:
     return [item.id if isinstance(item, Item) else int(item) for item in items]
-
-
-def backend_for(name: str) -> str:
-    """The backend the settings choose for queue ``name``."""
-    return settings.ANKUSA_QUEUE_BACKENDS.get(name, settings.ANKUSA_QUEUE_BACKEND)
-
-
-def get_queue(name: str, backend: str | None = None) -> ReliableFIFO:
-    """The queue called ``name`` on the backend the settings choose for it (or ``backend``)."""
-    backend = backend or backend_for(name)
-    options = {
-        "requeue_limit": settings.ANKUSA_QUEUE_REQUEUE_LIMIT,
-        "visibility_timeout": timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S),
-    }
-    if backend == "database":
-        from queues.backends.database import DatabaseFIFO
-
-        return DatabaseFIFO(name, **options)
-    if backend == "redis":
-        from queues.backends.redis import RedisFIFO
-
-        return RedisFIFO(name, **options)
-    raise ValueError(f"Unknown queue backend {backend!r}: use 'database' or 'redis'.")
 
 
 def _install_stop_handlers(stop: threading.Event) -> dict[int, Any]:

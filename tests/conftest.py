@@ -36,7 +36,7 @@ def client():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under ``ANKUSA_STOCK_DJANGO`` (``ankusa_site.stock``) a test marked ``fast_path`` holds
+    """Under ``ANKUSA_STOCK_DJANGO`` (``ankusa_site.core.stock``) a test marked ``fast_path`` holds
     something only a fast path does (a statement count, a prepared statement): skipped there."""
     if not settings.ANKUSA_STOCK_DJANGO:
         return

@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret-" + "x" * 32)
 
-from ankusa_site.env import env_int, env_networks  # noqa: E402
+from ankusa_site.core.env import env_int, env_networks  # noqa: E402
 from ankusa_site.settings import *  # noqa: E402
 from ankusa_site.settings import REDIS_URL  # noqa: E402 - named, for the type checker
 from tests import redis_claim  # noqa: E402

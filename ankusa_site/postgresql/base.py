@@ -1,6 +1,6 @@
 """Django's PostgreSQL backend, with a health check that costs no round trip when nothing is wrong.
 
-With ``CONN_HEALTH_CHECKS`` (on: see ``ankusa_site.env``), ``is_usable`` first polls an idle
+With ``CONN_HEALTH_CHECKS`` (on: see ``ankusa_site.core.env``), ``is_usable`` first polls an idle
 connection's socket without waiting: nothing to read, usable; anything there, Django's own
 ``SELECT 1`` decides. Not seen, any more than ``SELECT 1`` could without waiting on TCP timeouts:
 a peer that vanished without a word (a cut cable). The first statement then fails, the request

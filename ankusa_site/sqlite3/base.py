@@ -1,13 +1,13 @@
 """Django's SQLite backend, waiting for the write lock in short steps rather than SQLite's own.
 
-Every transaction here starts ``BEGIN IMMEDIATE`` (``ankusa_site.env``), so writers queue for the
+Every transaction here starts ``BEGIN IMMEDIATE`` (``ankusa_site.core.env``), so writers queue for the
 one write lock there. The threads of one process that write to one file take turns on a lock of
 the process's own first (handed over at once when a transaction ends); the thread whose turn it
 is tries ``BEGIN IMMEDIATE`` without the busy handler and, while another process holds the write
 lock, again in short steps. Both waits end at the connection's ``timeout``, after which it fails as
 SQLite's would ("database is locked"). Statements outside a transaction keep SQLite's handler and
 the same timeout. A database file that does not exist yet is created owner-only before SQLite
-opens it (``ankusa_site.varfiles``): it holds signing secrets and credentials, and SQLite gives
+opens it (``ankusa_site.core.varfiles``): it holds signing secrets and credentials, and SQLite gives
 the write-ahead log and shared-memory files the database file's own mode.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from django.db.backends.sqlite3 import base
 from django.db.utils import OperationalError
 
-from ankusa_site.varfiles import create_private
+from ankusa_site.core.varfiles import create_private
 
 # SQLite's busy handler sleeps 1, 2, 5, 10, 15, 20, 25 … 100 ms between tries, while the intake's
 # write holds the lock for well under a millisecond: under load the waiting threads slept most of

@@ -37,8 +37,9 @@ from django.db import connection, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
-from ankusa_site import metrics
-from ankusa_site.logs import log_event
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
+from commands import retry
 from commands.lifecycle import commands_queue, with_commit
 from commands.models import PARKED_REASONS, Command, Connector
 from commands.retry import Outlook
@@ -191,10 +192,8 @@ def pace_waiting(pk: int, now: datetime, *, rng: random.Random | None = None) ->
     """Give connector ``pk``'s waiting commands due times at ``ANKUSA_RESEND_PER_S`` (oldest first,
     the jitter of a bulk resend), a command's own later due time kept: what a hold or a pause held
     back goes out at the resend rate, not at once. Returns how many."""
-    from commands.staff.actions import resend_due_times  # above this module: it imports dispatch
-
     rows = list(waiting(pk).order_by("pk").values_list("pk", "next_attempt_at"))
-    times = resend_due_times(
+    times = retry.resend_due_times(
         len(rows), now, per_second=settings.ANKUSA_RESEND_PER_S, rng=rng or random.Random()
     )
     pairs = [(pk, max(slot, own) if own else slot) for (pk, own), slot in zip(rows, times, strict=True)]

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from django.db import transaction
 
-from ankusa_site import metrics
-from ankusa_site.logs import log_event
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
 from commands import health
 from commands.dispatch import hold
 from commands.dispatch.sends import Sent

@@ -17,7 +17,7 @@ from datetime import datetime
 from django.db import connections
 from django.utils import timezone
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from commands import retry
 from commands.dispatch import adapters, spool
 from commands.dispatch.outcomes import record_outcomes

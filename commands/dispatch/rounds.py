@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from ankusa_site import metrics
+from ankusa_site.core import metrics
 from commands.dispatch import heartbeat
 from commands.dispatch.dispatcher import Dispatcher, DrainSummary
 from commands.dispatch.recorder import replay_spool

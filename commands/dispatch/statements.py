@@ -17,8 +17,8 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.db.models import F
 
-from ankusa_site.prepared import execute_prepared
-from ankusa_site.stock import stock
+from ankusa_site.core.prepared import execute_prepared
+from ankusa_site.core.stock import stock
 from commands.dispatch.sends import WORKER_LOST, Sent
 from commands.models import Attempt, Command
 from commands.states import Event, State, next_state
@@ -29,7 +29,7 @@ from commands.states import Event, State, next_state
 # attempt before, and whose RETURNING names the winners. Built by a queryset, one start per send
 # cost about 0.3 ms of CPU in a process whose threads share one interpreter lock (measured), a
 # fifth of a command's whole budget. PostgreSQL gets the pairs as two arrays, so the text is the
-# same for any number of them and the server keeps it prepared (``ankusa_site.prepared``);
+# same for any number of them and the server keeps it prepared (``ankusa_site.core.prepared``);
 # elsewhere a row-value test (SQLite >= 3.35 has row values and RETURNING).
 #
 # On PostgreSQL the hot statements on commands find their rows by primary key whatever the

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from commands.dispatch import hold
 from commands.lifecycle import DECISION_FIELDS, commands_queue, decide_for, enqueue_with_commit, item_payload
 from commands.models import Command

@@ -43,12 +43,13 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from ankusa_site.answers import answer_unreachable
-from ankusa_site.logs import log_event
+from ankusa_site.core.answers import answer_unreachable
+from ankusa_site.core.logs import log_event
+from ankusa_site.core.strict_json import Refusal, parse_json
 from commands.intake import event_keys, signatures
 from commands.intake.arrival import Arrival, Duplicated
 from commands.intake.headers import Headers
-from commands.intake.http import Refusal, measured, parse_json, read_body, refusal
+from commands.intake.http import measured, read_body, refusal
 from commands.intake.submit import submit
 from commands.models import KEPT_HEADERS, MAX_KEPT_HEADER_CHARS, Connector, Source
 from limits.models import LimitOverride, slug_validator

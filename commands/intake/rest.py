@@ -38,13 +38,14 @@ from drf_spectacular.utils import (
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
-from ankusa_site.answers import answer_unreachable
-from ankusa_site.api import StrictSerializer, json_errors
-from ankusa_site.logs import log_event
+from ankusa_site.core.answers import answer_unreachable
+from ankusa_site.core.api import StrictSerializer, json_errors
+from ankusa_site.core.logs import log_event
+from ankusa_site.core.strict_json import Refusal, parse_json
 from commands.intake import event_keys
 from commands.intake import submit as intake
 from commands.intake.arrival import Accepted, Arrival, Stored
-from commands.intake.http import Refusal, measured, parse_json, read_body, refusal
+from commands.intake.http import measured, read_body, refusal
 from commands.models import Command, Connector
 from limits.authentication import tenant_of
 from limits.models import Tenant

@@ -27,7 +27,7 @@ from datetime import datetime
 from django.db import DatabaseError, IntegrityError, connection
 from django.utils import timezone
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from commands.intake.arrival import (
     API_CLAIM_SCOPE,
     Accepted,

@@ -15,8 +15,8 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.db.models import JSONField, Value
 
-from ankusa_site.prepared import execute_prepared
-from ankusa_site.stock import stock
+from ankusa_site.core.prepared import execute_prepared
+from ankusa_site.core.stock import stock
 from commands import wake
 from commands.intake.arrival import Arrival, Stored
 from commands.lifecycle import commands_queue, decide_for, enqueue_with_commit, item_payload
@@ -46,13 +46,11 @@ def _store(arrival: Arrival, now: datetime, committed: list, write: _Write) -> t
     born = [_birth(state, idempotent, now) for _, idempotent in arrival.connectors]
     _connect()
     write.connected = True
-    if (
-        connection.vendor == "postgresql"
-        and queue.backend == "database"
-        and queue.using == connection.alias
-        and not stock("sql")  # ANKUSA_STOCK_DJANGO: the ORM's writes below are the reference
-    ):
-        return _store_in_one_statement(arrival, born, now, queue, committed, write)
+    # One statement when the queue can be written by it (ReliableFIFO.enqueue_in_statement), on
+    # PostgreSQL, and not under ANKUSA_STOCK_DJANGO (the ORM's writes below are the reference).
+    enqueue = queue.enqueue_in_statement(*ITEMS_FROM_COMMANDS, using=connection.alias)
+    if enqueue is not None and connection.vendor == "postgresql" and not stock("sql"):
+        return _store_in_one_statement(arrival, born, now, enqueue, committed, write)
     delivery = None
     if arrival.is_webhook:
         delivery = Delivery(**_delivery_values(arrival, now), body=arrival.body)
@@ -129,6 +127,8 @@ SELECT 'command', id, connector_id FROM command{delivery_select}
 """
 
 
+# The items of the statement's new queued commands, each its first attempt.
+ITEMS_FROM_COMMANDS = ("command WHERE state = %s", "jsonb_build_object('command', id, 'attempt', 1)", "id")
 DELIVERY_CTE = """delivery AS (
     INSERT INTO {table} ({columns})
     SELECT {values} FROM jsonb_populate_record(NULL::{table}, %s::jsonb)
@@ -194,16 +194,12 @@ def _json_value(value):
 
 
 def _store_in_one_statement(
-    arrival: Arrival, born, now, queue, committed, write: _Write
+    arrival: Arrival, born, now, enqueue: tuple[str, list], committed, write: _Write
 ) -> tuple[int, list[Stored]]:
     attempts = {attempt for _, attempt in born if attempt is not None}
     if attempts - {1}:  # a new command's first item is attempt 1; anything else is a bug
         raise RuntimeError(f"unexpected attempt numbers at birth: {attempts}")
-    enqueue, enqueue_params = queue.enqueue_from(
-        "command WHERE state = %s",
-        "jsonb_build_object('command', id, 'attempt', 1)",
-        "id",
-    )
+    enqueue, enqueue_params = enqueue
     sql = _one_statement(arrival.is_webhook, enqueue)
     shared = _command_values(arrival, now)
     if not arrival.is_webhook:

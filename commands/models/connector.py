@@ -271,8 +271,8 @@ class Connector(FixedOnceCreated, models.Model):
                 for f in self._meta.concrete_fields
                 if not f.primary_key and f.name not in RUNTIME_FIELDS
             ]
+        # One transaction with the decisions its post_save receiver takes again on its commands
+        # (commands.staff.actions.reconsider, connected by CommandsConfig.ready), which sets
+        # ``self.reconsidered``.
         with transaction.atomic():
             super().save(*args, **kwargs)
-            from commands.staff.actions import reconsider  # above this module: it queues, through dispatch
-
-            self.reconsidered = reconsider(self)

@@ -31,7 +31,7 @@ import logging
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -39,7 +39,7 @@ from django.db import connection, transaction
 from django.db.models import Case, CharField, Count, Q, Value, When
 from django.utils import timezone
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from commands import retry, wake
 from commands.dispatch.sweep import sweep
 from commands.lifecycle import commands_queue
@@ -269,14 +269,6 @@ def nothing_to_do(action: str, counts: dict[str, int], *, user, override: bool) 
     return text + "."
 
 
-def resend_due_times(count: int, now: datetime, *, per_second: float, rng: random.Random) -> list[datetime]:
-    """Due times for ``count`` resends: the i-th at ``i / per_second`` seconds, plus a jitter of up
-    to half a slot, so no second holds more than ``per_second + 1`` of them."""
-    slot = 1.0 / per_second
-    # The first one at once (a lone resend goes when the dispatchers wake), the others jittered.
-    return [now + timedelta(seconds=i * slot + (rng.uniform(0, slot / 2) if i else 0)) for i in range(count)]
-
-
 def perform(
     action: str,
     queryset,
@@ -300,7 +292,7 @@ def perform(
     changed: list[int] = []
     due = {}
     if action == "resend":
-        times = resend_due_times(
+        times = retry.resend_due_times(
             len(ids), now, per_second=settings.ANKUSA_RESEND_PER_S, rng=rng or random.Random()
         )
         due = dict(zip(ids, times, strict=True))

@@ -32,7 +32,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from ankusa_site.admin import StorableJSONField, selected_across
+from ankusa_site.core.admin import StorableJSONField, selected_across
 from commands.models import Command
 from commands.staff import actions
 from commands.staff.admin_lists import CappedPaginator

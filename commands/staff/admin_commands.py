@@ -12,7 +12,7 @@ from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
-from ankusa_site.admin import ModelAdmin, parse_id
+from ankusa_site.core.admin import ModelAdmin, parse_id
 from commands.models import (
     Command,
     FailedCommand,

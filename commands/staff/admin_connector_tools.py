@@ -21,7 +21,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from ankusa_site.admin import parse_id
+from ankusa_site.core.admin import parse_id
 from commands.models import Connector
 from commands.staff import connector_tools
 

@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
-from ankusa_site.admin import GuardedChangeList, ModelAdmin
+from ankusa_site.core.admin import GuardedChangeList, ModelAdmin
 from commands.dispatch import adapters
 from commands.models import (
     OWN_CONNECTORS_ONLY,

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from ankusa_site.admin import ModelAdmin
+from ankusa_site.core.admin import ModelAdmin
 from commands.models import (
     Attempt,
     AuditEntry,

@@ -32,7 +32,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
-from ankusa_site.admin import parse_id, readable_json
+from ankusa_site.core.admin import parse_id, readable_json
 from commands.models import Command, Connector
 from commands.retry import SkipReason
 from commands.staff.explain import (  # noqa: F401 (waits_for: the dashboard's import)

@@ -16,7 +16,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, serializers, viewsets
 
-from ankusa_site.api import (
+from ankusa_site.core.api import (
     Access,
     Conflict,
     Cursor,

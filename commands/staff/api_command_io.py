@@ -14,7 +14,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
-from ankusa_site.api import (
+from ankusa_site.core.api import (
     Cursor,
     StrictSerializer,
 )

@@ -15,7 +15,7 @@ from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from ankusa_site.api import (
+from ankusa_site.core.api import (
     Conflict,
     errors,
     paging_params,

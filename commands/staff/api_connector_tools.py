@@ -22,7 +22,7 @@ from rest_framework.decorators import action
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.response import Response
 
-from ankusa_site.api import StrictSerializer, errors
+from ankusa_site.core.api import StrictSerializer, errors
 from commands.models import Connector
 from commands.staff import connector_tools
 from commands.staff.api_base import Scoped

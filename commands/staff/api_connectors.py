@@ -9,7 +9,7 @@ from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ankusa_site.api import (
+from ankusa_site.core.api import (
     clean_model,
 )
 from commands.models import Connector, Source
@@ -69,7 +69,9 @@ class ConnectorSerializer(Owned):
 
 
 @editable_schema(ConnectorSerializer)
-class ConnectorViewSet(api_pause.PauseActions, HealthActions, Editable):  # + /health/ (commands.staff.health_api)
+class ConnectorViewSet(
+    api_pause.PauseActions, HealthActions, Editable
+):  # + /health/ (commands.staff.health_api)
     serializer_class = ConnectorSerializer
     permission_model = "commands.connector"
     action_permissions = api_pause.PERMISSIONS

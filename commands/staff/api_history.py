@@ -11,7 +11,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers, viewsets
 
-from ankusa_site.api import (
+from ankusa_site.core.api import (
     StrictFilterSet,
 )
 from commands.models import AuditEntry, Command, Delivery

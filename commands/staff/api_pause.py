@@ -11,7 +11,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from ankusa_site.api import Conflict, StrictSerializer, errors
+from ankusa_site.core.api import Conflict, StrictSerializer, errors
 from commands.models import Connector
 from commands.staff import pausing
 from commands.staff.actions import MAX_REASON, Refused

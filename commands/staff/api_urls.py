@@ -3,7 +3,7 @@ connectors (``api_connectors``), commands and their staff actions (``api_command
 ``api_command_io``), deliveries and audit entries (``api_history``), on the tenant-scoping bases of
 ``api_base``.
 
-Who may do what is ``ankusa_site.permissions.ApiPermission``: staff by their Django permissions (the
+Who may do what is ``limits.permissions.ApiPermission``: staff by their Django permissions (the
 viewer / operator / admin groups of ``commands.staff.staff_groups``), tenant tokens read their own
 tenant's rows only (another tenant's row is a 404, exactly like a missing one) and submit
 commands; they never run a staff action, never read audit entries.

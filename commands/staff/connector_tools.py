@@ -39,7 +39,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from commands import signing
 from commands.dispatch import adapters
 from commands.models import Connector

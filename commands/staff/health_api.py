@@ -11,7 +11,7 @@ from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from ankusa_site.api import errors, paging_params, refuse_unknown_query_params
+from ankusa_site.core.api import errors, paging_params, refuse_unknown_query_params
 from commands import health_figures
 
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from commands.dispatch import hold
 from commands.models import AuditEntry, Connector
 from commands.staff.actions import MAX_REASON, Refused

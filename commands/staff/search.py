@@ -28,7 +28,7 @@ from django.db.models.functions import Cast
 from django.db.models.lookups import IContains
 from django.utils.text import smart_split, unescape_string_literal
 
-from ankusa_site.admin import parse_id
+from ankusa_site.core.admin import parse_id
 from commands.models import Command, Connector, Delivery
 from limits.models import Tenant
 

@@ -26,8 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ankusa_site import metrics
-from ankusa_site.logs import log_event
+from ankusa_site.core import metrics
+from ankusa_site.core.logs import log_event
 from limits.store.base import Charge, Claim, Error, Result, Settle, Store
 from limits.store.local import LocalStore
 from limits.store.redis import RedisStore

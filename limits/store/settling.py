@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from limits.store.base import Claim, Error, Settle, Store
 
 logger = logging.getLogger("ankusa.limits")

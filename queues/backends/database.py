@@ -26,11 +26,13 @@ from datetime import datetime, timedelta
 from itertools import chain
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, Max, Min
 
-from ankusa_site.prepared import execute_prepared
+from ankusa_site.core.prepared import execute_prepared
+from ankusa_site.core.stock import stock
 from queues import wake
+from queues.backends import database_stock
 from queues.fifo import (
     Action,
     Item,
@@ -50,7 +52,7 @@ BATCH = 1000
 TABLE = QueueItem._meta.db_table
 
 # The hot statements (enqueue, the PostgreSQL claim, done) are written in SQL, on PostgreSQL with the
-# same text for any number of items so they stay prepared on the server (ankusa_site.prepared), and
+# same text for any number of items so they stay prepared on the server (ankusa_site.core.prepared), and
 # the claim builds Item values straight from its rows: the ORM's per-row model instances and
 # per-field preparation cost more CPU than the statements themselves, and the dispatch loop runs
 # them once per command.
@@ -201,6 +203,8 @@ class DatabaseFIFO(ReliableFIFO):
         encoded = [encode_payload(payload) for payload in payloads]
         if not encoded:
             return []
+        if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's writes, the reference
+            return database_stock.enqueue(self, payloads, self.clock())
         connection = connections[self.using]
         stamp = connection.ops.adapt_datetimefield_value(self.clock())
         if connection.vendor == "postgresql":
@@ -228,16 +232,19 @@ class DatabaseFIFO(ReliableFIFO):
         # RETURNING promises no order; the positions give it back.
         return [pk for pk, _ in sorted(rows, key=lambda row: row[1])]
 
-    def enqueue_from(self, rows: str, payload: str, order: str) -> tuple[str, list]:
-        """An ``INSERT`` of items whose payloads come from ``rows`` (a table expression of the
-        caller's own statement, e.g. a data-modifying CTE), in the order of ``order``; PostgreSQL.
+    def joins_transaction(self, using: str = DEFAULT_DB_ALIAS) -> bool:
+        return using == self.using  # its rows are written on the caller's connection, or not
 
-        For a caller that writes the rows its items name and the items in one statement (intake: a
-        delivery, its commands and their items), so the whole write is one round trip and commits
-        by itself. ``payload`` is an SQL expression of a JSON value. Returns the SQL and its
-        parameters, to be placed where the caller's statement wants it.
-        """
-        stamp = connections[self.using].ops.adapt_datetimefield_value(self.clock())
+    def enqueue_in_statement(
+        self, rows: str, payload: str, order: str, *, using: str = DEFAULT_DB_ALIAS
+    ) -> tuple[str, list] | None:
+        """PostgreSQL on the caller's connection: the same ``INSERT`` as ``enqueue``'s, from the
+        caller's rows (intake: a delivery, its commands and their items in one statement, which
+        commits by itself). None on SQLite and under ``ANKUSA_STOCK_DJANGO``'s ``sql`` layer."""
+        connection = connections[self.using]
+        if using != self.using or connection.vendor != "postgresql" or stock("sql"):
+            return None
+        stamp = connection.ops.adapt_datetimefield_value(self.clock())
         return _append_sql(rows, payload, order), [self.name, stamp]
 
     # --- waking consumers ---------------------------------------------------------------------------
@@ -260,6 +267,8 @@ class DatabaseFIFO(ReliableFIFO):
 
     def _claim(self, n: int, now: datetime) -> list[Item]:
         connection = connections[self.using]
+        if stock("sql"):
+            return database_stock.claim(self, n, now)
         if connection.vendor == "postgresql":
             rows, _ = execute_prepared(connection, CLAIM_SQL_POSTGRESQL, [self.name, n, now])
             rows.sort(key=lambda row: (row[1], row[0]))
@@ -294,7 +303,9 @@ class DatabaseFIFO(ReliableFIFO):
         bare = [pk for pk, claims in tokens if claims is None]
         held: list[int] = []
         connection = connections[self.using]
-        if connection.vendor == "postgresql":
+        if stock("sql"):
+            held = database_stock.done(self, claimed, bare)
+        elif connection.vendor == "postgresql":
             # Each statement stands alone (finishing an item twice is a no-op): no transaction of
             # its own, and inside the caller's it is part of it. The ids go as arrays, so one
             # statement takes any number of them.

@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django_redis import get_redis_connection
 from redis.exceptions import NoScriptError
 
@@ -511,6 +511,9 @@ class RedisFIFO(ReliableFIFO):
             self.redis.script_load(SOURCES["enqueue"])
             first = self._register_and(command)
         return list(range(first, first + len(encoded)))
+
+    def joins_transaction(self, using: str = DEFAULT_DB_ALIAS) -> bool:
+        return False  # not the database: written after the caller's commit
 
     def _register_and(self, command: tuple) -> Any:
         """Record the queue's name in the registry, run ``command`` and wake a waiting consumer, in

@@ -24,7 +24,7 @@ from commands.staff import actions
 from commands.states import State
 from limits.authentication import TenantClient
 from limits.models import ApiToken
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.sink import script
 from tests.staff import staff_user
 

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from commands.dispatch import adapters
-from commands.dispatch.adapters import http
+from commands.dispatch.adapters import http_async
 from commands.dispatch.adapters.http import default_outlook, outlook_for
 from commands.retry import Outlook
 from tests.commands.sink import script
@@ -258,7 +258,7 @@ def test_a_stored_header_that_cannot_be_sent_is_after_fix_naming_only_the_header
         "Configuration",
         detail,
     )
-    assert http.ADAPTER.send(command) == outcome  # past the check, http.client's refusal is replaced
+    assert http_async.ADAPTER.send(command) == outcome  # past the check, http.client's refusal is replaced
     assert sink.received == []
 
 
@@ -271,7 +271,7 @@ def test_the_http_adapter_itself_never_quotes_a_header_value_it_could_not_send(
     connector = make_connector(url=sink.url, secret_header="Authorization", secret="Bearer ok")
     command = make_command(stored_without_validation(connector, secret=secret))
     with caplog.at_level(logging.DEBUG):
-        outcome = http.ADAPTER.send(command)
+        outcome = http_async.ADAPTER.send(command)
     assert outcome == adapters.Outcome(
         ok=False,
         outlook=Outlook.AFTER_FIX,
@@ -338,7 +338,7 @@ def test_dispatch_records_an_unsendable_secret_as_after_fix_without_quoting_it(
 
     from commands.lifecycle import QUEUE_NAME
     from commands.models import Attempt
-    from queues.fifo import get_queue
+    from queues.backends import get_queue
 
     get_queue(QUEUE_NAME).flush()
     connector = make_connector(url="http://127.0.0.1:1/", secret_header="Authorization", secret="Bearer ok")

@@ -1,6 +1,6 @@
 """Hostile input in the command admin's filters, forms and actions: a normal admin answer — the
 invalid-filter redirect, a form error on the field, a message — never a 500, never a stored value
-the page then cannot show (``ankusa_site.admin``'s guards, shared by every admin)."""
+the page then cannot show (``ankusa_site.core.admin``'s guards, shared by every admin)."""
 
 from __future__ import annotations
 

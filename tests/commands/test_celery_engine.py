@@ -17,7 +17,7 @@ from commands.dispatch.sweep import sweep
 from commands.lifecycle import QUEUE_NAME, commands_queue, item_payload
 from commands.models import Command
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.children import Output, start, stop
 from tests.commands.sink import Gate
 from tests.servers import wait_for

@@ -15,7 +15,8 @@ from commands.dispatch.sweep import sweep
 from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Connector
 from commands.states import State
-from queues.fifo import Item, get_queue
+from queues.backends import get_queue
+from queues.fifo import Item
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from commands.dispatch.dispatcher import Dispatcher, drain_waiting
 from commands.lifecycle import QUEUE_NAME
 from commands.models import Command
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.staff import login_as, make_failed
 from tests.commands.test_admin import form_data
 from tests.staff import api_client, staff_user

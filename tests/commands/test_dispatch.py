@@ -21,7 +21,7 @@ from commands.lifecycle import QUEUE_NAME, item_payload
 from commands.models import Attempt, Command
 from commands.retry import Outlook, SkipReason
 from commands.states import Event, State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.sink import script
 
 # Sends run in worker threads with their own connections: they must see committed rows.

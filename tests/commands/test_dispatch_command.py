@@ -19,7 +19,7 @@ from commands.dispatch.timing import retry_delay
 from commands.lifecycle import QUEUE_NAME, commands_queue, item_payload
 from commands.models import Command, Source
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.conftest import HOOK_SECRET
 from tests.servers import wait_for
 

@@ -28,7 +28,7 @@ from commands.lifecycle import QUEUE_NAME
 from commands.models import Attempt, Command
 from commands.retry import Outlook, SkipReason
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from commands.dispatch.rounds import run_round
 from commands.lifecycle import QUEUE_NAME
 from commands.retry import Outlook
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.sink import script
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,7 +23,7 @@ from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Connector
 from commands.retry import Outlook
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 
 HINT = "(ANKUSA_CONNECTOR_ALLOWED_NETWORKS opens a network an installation needs)"
 

@@ -18,7 +18,7 @@ from commands.dispatch.rounds import run_round
 from commands.lifecycle import QUEUE_NAME
 from commands.models import DispatcherHeartbeat
 from limits.models import Tenant
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.staff import login_as
 
 T0 = datetime(2026, 12, 1, 13, 0, tzinfo=UTC)

@@ -23,7 +23,7 @@ from commands.models import Attempt, Command, Connector
 from commands.retry import Outlook, SkipReason
 from commands.staff.explain import explain
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -31,7 +31,7 @@ def test_every_middleware_a_webhook_skips_is_in_the_stack_and_named_with_why():
 
 def test_a_webhook_still_goes_through_the_middleware_that_acts_on_it_in_the_stacks_order():
     assert hook_middleware() == [
-        "ankusa_site.middleware.body_timeout",
+        "ankusa_site.core.middleware.body_timeout",
         "django.middleware.security.SecurityMiddleware",
         "django.middleware.common.CommonMiddleware",
         "django.middleware.clickjacking.XFrameOptionsMiddleware",

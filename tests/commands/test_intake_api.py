@@ -13,7 +13,7 @@ from commands.models import Command
 from commands.states import State
 from limits.models import ApiToken, Tenant
 from limits.store import forget_store
-from queues.fifo import get_queue
+from queues.backends import get_queue
 
 
 def client_with(token: str | None = None) -> APIClient:

@@ -22,7 +22,7 @@ from commands.states import State
 from limits import admission
 from limits.models import Tenant
 from limits.store import Ok, forget_store
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.conftest import HOOK_SECRET
 
 NOW = datetime(2027, 3, 1, 12, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from commands.intake.http import MAX_JSON_DEPTH, Refusal, parse_json
+from ankusa_site.core.strict_json import MAX_JSON_DEPTH, Refusal, parse_json
 
 
 def refused(body: bytes) -> str | None:

@@ -18,7 +18,7 @@ from commands.staff import pausing
 from commands.staff.actions import Refused
 from commands.staff.explain import explain
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.staff import login_as
 from tests.staff import staff_user
 

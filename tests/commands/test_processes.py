@@ -15,7 +15,7 @@ from django.conf import settings
 from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Source
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.conftest import HOOK_SECRET
 from tests.servers import wait_for
 

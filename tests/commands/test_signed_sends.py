@@ -19,7 +19,7 @@ from commands.dispatch.rounds import run_round
 from commands.lifecycle import QUEUE_NAME
 from commands.models import Connector
 from commands.staff import connector_tools
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.sink import script
 from tests.staff import staff_user
 

@@ -20,7 +20,7 @@ def main(backend: str, name: str, batches: list[int]) -> None:
     django.setup()
     from django.db import connection
 
-    from queues.fifo import get_queue
+    from queues.backends import get_queue
 
     claimed: list[list[int]] = []
     go = threading.Event()

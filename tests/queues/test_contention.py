@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from queues.fifo import get_queue
+from queues.backends import get_queue
 
 ITEMS = 20_000
 PROCESSES = 4

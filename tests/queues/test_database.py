@@ -134,3 +134,20 @@ def test_a_requeue_that_finds_nothing_does_not_ask_for_positions(db, django_asse
         assert queue.requeue_ids([12345]) == 0
     with django_assert_num_queries(1):
         assert queue.requeue_failed() == 0
+
+
+@pytest.mark.django_db
+def test_under_stock_sql_the_queue_runs_the_orms_statements_not_its_own(settings):
+    """``ANKUSA_STOCK_DJANGO``'s ``sql`` layer: enqueue, claim and done go through the ORM
+    (``queues.backends.database_stock``), with the same results as the hand-written statements."""
+    from django.test.utils import CaptureQueriesContext
+
+    settings.ANKUSA_STOCK_DJANGO = frozenset({"sql"})
+    queue = DatabaseFIFO("stocked")
+    with CaptureQueriesContext(connection) as captured:
+        queue.enqueue({"n": 1}, {"n": 2}, None)
+        first, second = queue.claim(2)
+        assert queue.done(first, second.id) == 2
+    hand_written = ("jsonb_array_elements", "ctid", "unnest(", "RETURNING id, position")
+    assert not [q["sql"] for q in captured.captured_queries if any(mark in q["sql"] for mark in hand_written)]
+    assert [item.payload for item in queue.claim(5)] == [None]

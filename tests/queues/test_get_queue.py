@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
+from queues.backends import get_queue
 from queues.backends.database import DatabaseFIFO
 from queues.backends.redis import RedisFIFO
-from queues.fifo import get_queue
 
 
 def test_the_default_backend_is_the_database(settings):

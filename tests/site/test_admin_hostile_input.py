@@ -1,5 +1,5 @@
 """Every admin changelist answers a query string it cannot use as Django answers a bad lookup — the
-redirect to ``?e=1`` — never with a 500, on SQLite and PostgreSQL alike (``ankusa_site.admin``)."""
+redirect to ``?e=1`` — never with a 500, on SQLite and PostgreSQL alike (``ankusa_site.core.admin``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.db import connection, models
 from django.urls import reverse
 
-from ankusa_site.admin import AdminGuards
+from ankusa_site.core.admin import AdminGuards
 from tests.staff import staff_user
 
 PROJECT_APPS = {"commands", "limits", "queues"}

@@ -9,7 +9,7 @@ import pytest
 
 
 def test_the_renderer_escapes_text_utf8_cannot_encode():
-    from ankusa_site.renderers import JSONRenderer
+    from ankusa_site.core.renderers import JSONRenderer
 
     data = {"\ud800": ["lone \udfff", "é ✓", "\U0001f680"]}
     rendered = JSONRenderer().render(data)
@@ -17,7 +17,7 @@ def test_the_renderer_escapes_text_utf8_cannot_encode():
 
 
 def test_the_renderer_keeps_unicode_unescaped_when_it_can():
-    from ankusa_site.renderers import JSONRenderer
+    from ankusa_site.core.renderers import JSONRenderer
 
     assert JSONRenderer().render({"name": "é ✓"}) == '{"name":"é ✓"}'.encode()
 

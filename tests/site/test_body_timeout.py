@@ -1,4 +1,4 @@
-"""``ANKUSA_BODY_TIMEOUT_S`` on every path (``ankusa_site.middleware``): a client that sends its
+"""``ANKUSA_BODY_TIMEOUT_S`` on every path (``ankusa_site.core.middleware``): a client that sends its
 headers and then not all of its body gives up its thread once the time is out, whatever it asked
 for. (The intake's own answers, 408 ``request_timeout``, are in tests/commands/test_intake_processes.py.)"""
 

@@ -1,6 +1,6 @@
 """A body sent with ``Transfer-Encoding: chunked`` (no ``Content-Length``), through a real gunicorn:
 read by the two views that read one themselves (a command's submission, a webhook), a 411 with
-nothing done anywhere else (``ankusa_site.middleware.chunked_body``), never parsed as empty."""
+nothing done anywhere else (``ankusa_site.core.middleware.chunked_body``), never parsed as empty."""
 
 from __future__ import annotations
 

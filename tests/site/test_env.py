@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from ankusa_site.env import (
+from ankusa_site.core.env import (
     env_bool,
     env_choice,
     env_float,

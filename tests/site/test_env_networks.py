@@ -7,7 +7,7 @@ from ipaddress import ip_network
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from ankusa_site.env import env_networks
+from ankusa_site.core.env import env_networks
 
 NAME = "ANKUSA_CONNECTOR_ALLOWED_NETWORKS"
 

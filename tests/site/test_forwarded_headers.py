@@ -10,7 +10,7 @@ import re
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from ankusa_site.env import env_networks
+from ankusa_site.core.env import env_networks
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

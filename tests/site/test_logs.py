@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from ankusa_site.logs import JsonFormatter, TextFormatter, log_event
+from ankusa_site.core.logs import JsonFormatter, TextFormatter, log_event
 
 
 @pytest.fixture

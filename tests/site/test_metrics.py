@@ -3,7 +3,7 @@
 import pytest
 from prometheus_client import REGISTRY
 
-from ankusa_site.metrics import INTAKE_RESPONSES, labelled
+from ankusa_site.core.metrics import INTAKE_RESPONSES, labelled
 from commands.models import Command
 
 pytestmark = pytest.mark.django_db
@@ -63,7 +63,7 @@ def test_commands_by_state_are_read_at_scrape_time(client, demo_command):
 
 
 def test_queue_lengths_are_read_at_scrape_time(client):
-    from queues.fifo import get_queue
+    from queues.backends import get_queue
 
     get_queue("metrics-test", backend="database").enqueue({"a": 1}, {"a": 2})
     body = scrape(client).content.decode()

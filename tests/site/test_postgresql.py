@@ -10,7 +10,7 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.db.backends.postgresql.base import DatabaseWrapper as DjangoWrapper
 from django.test.utils import CaptureQueriesContext
 
-from ankusa_site.prepared import execute_prepared
+from ankusa_site.core.prepared import execute_prepared
 from limits.models import Tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.db.utils import ConnectionHandler, OperationalError
 from django.test.utils import CaptureQueriesContext
 
-from ankusa_site.env import parse_database_url
+from ankusa_site.core.env import parse_database_url
 from ankusa_site.sqlite3.base import DatabaseWrapper, _turn
 from limits.models import Tenant
 
@@ -51,7 +51,7 @@ def database(tmp_path, django_db_blocker):
 def test_a_kept_connection_shrinks_the_write_ahead_log_after_a_burst(
     tmp_path, monkeypatch, django_db_blocker
 ):
-    monkeypatch.setattr("ankusa_site.env.SQLITE_WAL_LIMIT_BYTES", 64 * 1024)
+    monkeypatch.setattr("ankusa_site.core.env.SQLITE_WAL_LIMIT_BYTES", 64 * 1024)
     path = tmp_path / "db.sqlite3"
     wal = tmp_path / "db.sqlite3-wal"
     with django_db_blocker.unblock():

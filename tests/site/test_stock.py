@@ -1,11 +1,11 @@
-"""``ANKUSA_STOCK_DJANGO`` (``ankusa_site.stock``): which fast paths turn back to stock Django."""
+"""``ANKUSA_STOCK_DJANGO`` (``ankusa_site.core.stock``): which fast paths turn back to stock Django."""
 
 from __future__ import annotations
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from ankusa_site import stock
+from ankusa_site.core import stock
 
 
 @pytest.mark.parametrize("value", [None, "", "0", "off", "false"])

@@ -1,4 +1,4 @@
-"""``ankusa_site.answers.unreachable``: which errors mean "a service did not answer" (a 503 with
+"""``ankusa_site.core.answers.unreachable``: which errors mean "a service did not answer" (a 503 with
 Retry-After) and which are something else (left to the site's 500), from real failures."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import redis
 from django.db import IntegrityError, connection
 from django.db.utils import load_backend
 
-from ankusa_site.answers import unavailable_detail, unreachable
+from ankusa_site.core.answers import unavailable_detail, unreachable
 from limits.models import Tenant
 from tests.servers import free_port
 

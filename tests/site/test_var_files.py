@@ -1,4 +1,4 @@
-"""Everything the site writes under ``ANKUSA_VAR_DIR`` is its owner's only (``ankusa_site.varfiles``):
+"""Everything the site writes under ``ANKUSA_VAR_DIR`` is its owner's only (``ankusa_site.core.varfiles``):
 the SQLite database and its write-ahead log were 0644, and they hold signing secrets and credentials."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
+from ankusa_site.core.varfiles import create_private, private_dir
 from ankusa_site.management.commands.demo import var_secret
 from ankusa_site.management.commands.serve import Command as Serve
-from ankusa_site.varfiles import create_private, private_dir
 
 # A process with the usual umask (022) that writes to a fresh var/: the generated secret key, the
 # SQLite database with a transaction in flight (so its -wal and -shm files exist), and the modes.

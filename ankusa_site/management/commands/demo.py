@@ -30,7 +30,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from ankusa_site.varfiles import private_dir, write_private
+from ankusa_site.core.varfiles import private_dir, write_private
 from commands.models import Command as CommandModel
 from commands.models import Connector, Source
 from limits import tokens

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management import get_commands
 from django.core.management.base import BaseCommand
 
-from ankusa_site.varfiles import private_dir
+from ankusa_site.core.varfiles import private_dir
 from commands.dispatch.adapters.http import longest_send_s
 
 # After SIGTERM, a child gets as long as a send may take by the site's timeouts, and this margin to
@@ -74,7 +74,7 @@ class Command(BaseCommand):
         if not env.get("PROMETHEUS_MULTIPROC_DIR"):
             folder = private_dir(settings.VAR_DIR) / "metrics"
             shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(mode=0o700)  # owner-only, as everything under var/ (ankusa_site.varfiles)
+            folder.mkdir(mode=0o700)  # owner-only, as everything under var/ (ankusa_site.core.varfiles)
             env["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
         return env
 

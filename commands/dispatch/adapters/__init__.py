@@ -38,6 +38,7 @@ import importlib
 import json
 import logging
 import pkgutil
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, quote_plus
@@ -234,8 +235,6 @@ def _may_quote_a_credential(exc: BaseException, connector: Connector) -> bool:
     """Whether ``exc`` or an exception in its chain may quote the secret or a header value that
     cannot be sent (the values an error about a header quotes). Header values that can be sent are
     not secret: staff and the tenant read them on the connector."""
-    from commands.dispatch.adapters.http import header_value_problem
-
     values = [connector.secret] if connector.secret else []
     values += [
         str(value)
@@ -254,3 +253,23 @@ def _may_quote_a_credential(exc: BaseException, connector: Connector) -> bool:
             return True
         link = link.__cause__ or link.__context__
     return False
+
+
+# What a header value may hold (RFC 9110 §5.5): visible ASCII, space, tab, and the visible rest of
+# Latin-1 (obs-text; http.client encodes values as Latin-1). Not DEL or the C1 controls
+# (0x7f-0x9f): no credential holds one, and a receiver may take one for the end of the header.
+# Here rather than in ``http`` (which uses it for the headers it sends): the redaction below needs
+# it too, and ``http`` imports this package.
+_NOT_IN_HEADER_VALUE = re.compile(r"[^\t\x20-\x7e\xa0-\xff]")
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as a header value, in words that never quote it; None if it can."""
+    found = _NOT_IN_HEADER_VALUE.search(value)
+    if found is None:
+        return None
+    if found.group() in "\r\n":
+        return "must be on one line (no CR or LF)"
+    if ord(found.group()) > 0xFF:
+        return "may hold only Latin-1 characters"
+    return "must not hold control characters"

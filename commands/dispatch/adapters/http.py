@@ -1,10 +1,11 @@
-"""The HTTP adapter: POST the command's payload as JSON to the connector's URL.
+"""The HTTP adapter's rules: POST the command's payload as JSON to the connector's URL.
 
 The wire is ``commands.dispatch.adapters.http_async`` (aiohttp, on the process's send loop): keep-alive
 connections per receiver, no automatic retries and no redirects (a retry is the retry decision's
 business, never the client's), a connect and a read timeout and a hard deadline of both summed.
-:meth:`HttpAdapter.send_async` is what the dispatcher awaits; :meth:`HttpAdapter.send` is the
-synchronous door for one send from anywhere else (it waits for the loop).
+The adapter itself (``HttpAdapter``, registered as kind ``http``) lives with the wire, which
+imports these rules: :meth:`HttpAdapter.send_async` is what the dispatcher awaits;
+:meth:`HttpAdapter.send` is the synchronous door for one send from anywhere else.
 
 Each request carries ``Idempotency-Key: <command id>`` so a receiver can dedupe our retries, and
 the connector's credential in the header it names (``secret_header``, e.g. ``Authorization``), and
@@ -23,7 +24,7 @@ The outlook of a failure, in precedence order:
 
 A header value that cannot be sent (a CR or LF that would start another header, another control
 character, a character past Latin-1, the encoding header values are sent in) is a configuration
-problem: :func:`header_value_problem` is the one rule, used when a connector is saved (the model's
+problem: ``commands.dispatch.adapters.header_value_problem`` is the one rule, used when a connector is saved (the model's
 validation, so the admin and the API refuse it), by :meth:`HttpAdapter.check` before a send (for rows
 stored before the rule), and by the send itself before a byte goes out. Each says which header,
 never its value: a client's own message quotes the value, and an outcome's detail is shown to the
@@ -42,7 +43,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from commands import signing
-from commands.dispatch.adapters import Outcome, egress
+from commands.dispatch.adapters import header_value_problem
 from commands.retry import Outlook
 
 AGAIN_STATUSES = frozenset({408, 425, 429})
@@ -53,10 +54,6 @@ DRAIN_LIMIT_BYTES = 64 * 1024
 
 # An HTTP header name is a token (RFC 9110 §5.6.2).
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-# What a header value may hold (RFC 9110 §5.5): visible ASCII, space, tab, and the visible rest of
-# Latin-1 (obs-text; values are sent encoded as Latin-1). Not DEL or the C1 controls
-# (0x7f-0x9f): no credential holds one, and a receiver may take one for the end of the header.
-_NOT_IN_HEADER_VALUE = re.compile(r"[^\t\x20-\x7e\xa0-\xff]")
 # Not quoted either: a name that is no token may hold a CR or LF.
 BAD_HEADER_NAME = "a header name is not a valid HTTP header name"
 # Headers a connector's own headers may not name (any case). Framing and hop-by-hop headers
@@ -88,18 +85,6 @@ def sent_headers(connector) -> dict[str, str]:
         for name, value in (connector.headers or {}).items()
         if reserved_header_problem(str(name)) is None and str(name).lower() != secret_header
     }
-
-
-def header_value_problem(value: str) -> str | None:
-    """Why ``value`` cannot be sent as a header value, in words that never quote it; None if it can."""
-    found = _NOT_IN_HEADER_VALUE.search(value)
-    if found is None:
-        return None
-    if found.group() in "\r\n":
-        return "must be on one line (no CR or LF)"
-    if ord(found.group()) > 0xFF:
-        return "may hold only Latin-1 characters"
-    return "must not hold control characters"
 
 
 def header_problems(headers: dict) -> Iterator[str]:
@@ -163,43 +148,3 @@ def outlook_for(status: int, header: str | None, status_map: dict) -> Outlook | 
     if mapped in Outlook.values:
         return Outlook(mapped)
     return default_outlook(status)
-
-
-class HttpAdapter:
-    kind = "http"
-    label = "HTTP (JSON POST)"
-
-    def check(self, connector) -> list[str]:
-        found = []
-        parts = urlsplit(connector.url or "")
-        if not connector.url:
-            found.append("no URL")
-        elif parts.scheme not in ("http", "https") or not parts.hostname:
-            found.append("the URL must be an absolute http:// or https:// URL")
-        elif url_carries_credentials(connector.url):
-            found.append("the URL carries credentials; put them in the secret instead")
-        elif problem := url_port_problem(connector.url):
-            found.append(problem)
-        elif problem := egress.known_problem(parts.hostname):  # names are judged as they resolve
-            found.append(problem)
-        if connector.secret_header and not connector.secret:
-            found.append(f"missing credential for the {connector.secret_header} header")
-        elif connector.secret_header and (problem := header_value_problem(connector.secret)):
-            found.append(f"the secret for the {connector.secret_header} header {problem}")
-        found += header_problems(connector.headers or {})
-        return found
-
-    def send(self, command) -> Outcome:
-        """One send from a thread that is not the send loop's: run on the loop, waited for."""
-        from commands.dispatch import event_loop
-
-        return event_loop.run(self.send_async(command))
-
-    async def send_async(self, command) -> Outcome:
-        """One send, as a coroutine on the send loop (what the dispatcher awaits)."""
-        from commands.dispatch.adapters import http_async  # it imports this module's rules
-
-        return await http_async.send(command)
-
-
-ADAPTER = HttpAdapter()

@@ -1,4 +1,5 @@
-"""The HTTP adapter's wire: one send as an asyncio coroutine, on aiohttp.
+"""The HTTP adapter (kind ``http``, its rules in ``http``) and its wire: one send as an asyncio
+coroutine, on aiohttp.
 
 Why aiohttp rather than httpx's async client: per its documentation a ``ClientSession`` keeps one
 ``TCPConnector`` whose pool holds kept-alive connections per (host, port, TLS) key, it takes a
@@ -45,13 +46,16 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from commands import signing
-from commands.dispatch.adapters import EXCERPT_CHARS, Outcome, egress
+from commands.dispatch import event_loop
+from commands.dispatch.adapters import EXCERPT_CHARS, Outcome, egress, header_value_problem
 from commands.dispatch.adapters.http import (
     DRAIN_LIMIT_BYTES,
     header_problems,
     outlook_for,
     send_timeouts,
     sent_headers,
+    url_carries_credentials,
+    url_port_problem,
 )
 from commands.retry import Outlook
 
@@ -267,3 +271,39 @@ async def head(connector: Any) -> tuple[int, str | None]:
         ssl=tls_context() if connector.url.lower().startswith("https:") else True,
     ) as response:
         return response.status, response.headers.get("Retry-Outlook")
+
+
+class HttpAdapter:
+    kind = "http"
+    label = "HTTP (JSON POST)"
+
+    def check(self, connector) -> list[str]:
+        found = []
+        parts = urlsplit(connector.url or "")
+        if not connector.url:
+            found.append("no URL")
+        elif parts.scheme not in ("http", "https") or not parts.hostname:
+            found.append("the URL must be an absolute http:// or https:// URL")
+        elif url_carries_credentials(connector.url):
+            found.append("the URL carries credentials; put them in the secret instead")
+        elif problem := url_port_problem(connector.url):
+            found.append(problem)
+        elif problem := egress.known_problem(parts.hostname):  # names are judged as they resolve
+            found.append(problem)
+        if connector.secret_header and not connector.secret:
+            found.append(f"missing credential for the {connector.secret_header} header")
+        elif connector.secret_header and (problem := header_value_problem(connector.secret)):
+            found.append(f"the secret for the {connector.secret_header} header {problem}")
+        found += header_problems(connector.headers or {})
+        return found
+
+    def send(self, command) -> Outcome:
+        """One send from a thread that is not the send loop's: run on the loop, waited for."""
+        return event_loop.run(self.send_async(command))
+
+    async def send_async(self, command) -> Outcome:
+        """One send, as a coroutine on the send loop (what the dispatcher awaits)."""
+        return await send(command)
+
+
+ADAPTER = HttpAdapter()

@@ -3,7 +3,7 @@
 For demos and tests: it exercises the whole dispatch path without a receiver. It needs no
 configuration, so it never reports a problem of its own. The line names the command, tenant,
 connector and payload size; the payload itself is redacted like every body in our logs
-(``ankusa_site.logs``), because a payload may carry what a tenant would not want in a log file.
+(``ankusa_site.core.logs``), because a payload may carry what a tenant would not want in a log file.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 from commands.dispatch.adapters import Outcome
 
 logger = logging.getLogger("ankusa.connector")

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from ankusa_site.management.arguments import seconds
+from ankusa_site.core.arguments import seconds
 from commands.dispatch.dispatcher import Dispatcher, PollSummary, drain_waiting
 from commands.dispatch.recovery import RecoverSummary, recovery_line
 from commands.dispatch.rounds import keep_recovering, run_round

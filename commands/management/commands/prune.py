@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ankusa_site.management.arguments import seconds
+from ankusa_site.core.arguments import seconds
 from commands import retention
 
 UNITS = {"d": "days", "h": "hours", "m": "minutes"}

@@ -23,10 +23,11 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ankusa_site.management.arguments import seconds
+from ankusa_site.core.arguments import seconds
 from queues.actions import known_queues, overview
 from queues.api import MAX_FAIL_COUNT
-from queues.fifo import ACTIONS, KINDS, NAME_PATTERN, ReliableFIFO, get_queue
+from queues.backends import get_queue
+from queues.fifo import ACTIONS, KINDS, NAME_PATTERN, ReliableFIFO
 
 CHUNK = 1000
 

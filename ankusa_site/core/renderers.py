@@ -9,7 +9,7 @@ and its docs pages set their own renderers (``ankusa_site.urls``).
 UTF-8 cannot encode a lone surrogate, which a parsed JSON string may hold (``"\\ud800"``); DRF's
 renderer writes text unescaped, so such text anywhere in an answer was a UnicodeEncodeError after
 the view had returned, a 500 no exception handler sees. The parser refuses those bodies
-(``ankusa_site.parsers``); if such text reaches an answer anyway, it is written escaped.
+(``ankusa_site.core.parsers``); if such text reaches an answer anyway, it is written escaped.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """What every REST endpoint shares: errors as ``{"error": code, "detail": text}``, the model
-validation the API runs, and (re-exported from ``ankusa_site.permissions``) who may do what.
+validation the API runs, and (re-exported from ``ankusa_site.core.permissions``) who may do what.
 
 DRF's own handler decides the status; this reshapes its body so clients parse one shape
 everywhere. Validation errors keep the per-field messages under ``fields`` as well. Paths that
 no view answers (404) and server errors (500) under ``/api/`` and ``/hooks/`` get the same shape
 from ``ankusa_site.urls``' handlers instead of Django's HTML pages. Hostile input is a 4xx, never
 a 500: JSON nested too deep, NUL characters, lone surrogates and numbers no database stores (refused
-by ``ankusa_site.parsers`` for every body, the JSON fields' included), ids
+by ``ankusa_site.core.parsers`` for every body, the JSON fields' included), ids
 past 2**63-1 (refused before any query), a cursor whose position is not a value of the list's
-ordering (:class:`Cursor`), and any text the renderer is handed (``ankusa_site.renderers``).
+ordering (:class:`Cursor`), and any text the renderer is handed (``ankusa_site.core.renderers``).
 A database or Redis that does not answer, anywhere on a request's way (authentication included),
-is a 503 ``unavailable`` with ``Retry-After`` (``ankusa_site.answers.unreachable``), never a 500;
+is a 503 ``unavailable`` with ``Retry-After`` (``ankusa_site.core.answers.unreachable``), never a 500;
 any other view's 503 (a queue backend's) gets ``Retry-After`` too.
 """
 
@@ -34,9 +34,9 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
-from ankusa_site.answers import RETRY_AFTER_S, log_unreachable, unavailable_detail, unreachable
-from ankusa_site.middleware import late, late_detail
-from ankusa_site.permissions import Access  # noqa: F401 - the views' one import
+from ankusa_site.core.answers import RETRY_AFTER_S, log_unreachable, unavailable_detail, unreachable
+from ankusa_site.core.middleware import late, late_detail
+from ankusa_site.core.permissions import Access  # noqa: F401 - the views' one import
 
 
 class TooLarge(exceptions.APIException):

@@ -30,9 +30,8 @@ from django.db import DataError, models
 from django.db.models.constants import LOOKUP_SEP
 from django.forms.fields import InvalidJSONInput, JSONString
 
-from ankusa_site.logs import is_sensitive
-from commands.intake.http import Refusal, parse_json
-from commands.intake.rest import MAX_ID  # ids are 64-bit: SQLite's driver cannot bind a larger int
+from ankusa_site.core.logs import is_sensitive
+from ankusa_site.core.strict_json import MAX_ID, Refusal, parse_json
 
 # What building or counting a changelist's query raises for a value the database cannot use: a year
 # no date holds (ValueError, OverflowError past 9999-12-31), an int SQLite cannot bind
@@ -121,7 +120,7 @@ def _for_a_field(detail: str) -> str:
 class StorableJSONField(forms.JSONField):
     """A JSON form field that takes only what every database of the site can store and show back.
 
-    The text is parsed by the intake's rule (``commands.intake.http.parse_json``), so a document the
+    The text is parsed by the intake's rule (``ankusa_site.core.strict_json``), so a document the
     admin saves is one a webhook could have brought. ``allow_null`` follows the column: a NOT NULL
     JSON column refuses ``null`` (and an empty field) with an error instead of an IntegrityError.
     ``indent`` pretty-prints the value in the textarea.

@@ -231,7 +231,7 @@ def parse_database_url(name: str, value: str, *, base_dir: Path) -> dict:
                 f"{name}: conn_max_age={conn_max_age!r} is not a whole number."
             ) from None
         # Server-side prepared statements, for the hot statements that ask for them (see
-        # ankusa_site.prepared; Django's own cursors never prepare). ``off`` for a connection pooler
+        # ankusa_site.core.prepared; Django's own cursors never prepare). ``off`` for a connection pooler
         # in transaction mode that cannot keep them; those statements are then planned every time.
         threshold = options.pop("prepare_threshold", "5")
         if threshold.lower() == "off":

@@ -26,7 +26,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.http import JsonResponse
 
-from ankusa_site.probes import probe
+from ankusa_site.core.probes import probe
 
 REDIS_PROBE_TIMEOUT_S = 0.5
 

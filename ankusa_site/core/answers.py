@@ -6,7 +6,7 @@ It also holds the one mapping from "a service this request needs did not answer"
 ``unreachable(exc)`` names the service (the database: Django's ``OperationalError`` or
 ``InterfaceError``, whatever the vendor; Redis: a connection error or a timeout), and the answer
 is 503 ``unavailable`` with ``Retry-After`` — never a 500. The REST API's error handler
-(``ankusa_site.api.json_errors``) and the plain views that answer JSON (a webhook's,
+(``ankusa_site.core.api.json_errors``) and the plain views that answer JSON (a webhook's,
 ``answer_unreachable``) both use it, so every database read on their way is covered, the ones
 behind a cache included. What it does not know: whether a write of the failed request reached the
 database. Its text says so for a request that may change something; the intake, which knows how
@@ -24,7 +24,7 @@ from django.http import JsonResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ankusa_site.logs import log_event
+from ankusa_site.core.logs import log_event
 
 logger = logging.getLogger("ankusa.site")
 

@@ -12,7 +12,7 @@ import functools
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
-from ankusa_site.answers import error
+from ankusa_site.core.answers import error
 
 METHODS = ("GET", "HEAD")
 

@@ -32,7 +32,6 @@ import logging
 import os
 
 from django.conf import settings
-from django.db.models import Count
 from django.http import HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -43,11 +42,10 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ankusa_site.answers import error
-from ankusa_site.probes import probe
+from ankusa_site.core.answers import error
+from ankusa_site.core.probes import probe
 
 logger = logging.getLogger("ankusa.metrics")
 
@@ -123,58 +121,15 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
-class StateCollector:
-    """Commands by state and skip reason, queue lengths and ages: read from the source at scrape."""
+# An app's state read at scrape time, by name: each app registers its own collector (an object
+# whose ``collect()`` yields metric families) in its ``AppConfig.ready()``, so this module, which
+# every app imports, imports none of them.
+_COLLECTORS: dict[str, object] = {}
 
-    def collect(self):
-        from commands.models import Command, Connector
-        from queues.actions import overview
 
-        by_state = GaugeMetricFamily("ankusa_commands", "Commands by state.", labels=["state"])
-        for row in Command.objects.order_by().values("state").annotate(n=Count("id")):
-            by_state.add_metric([row["state"]], row["n"])
-        yield by_state
-
-        waiting = GaugeMetricFamily(
-            "ankusa_commands_waiting", "Commands held back, by skip reason.", labels=["state", "reason"]
-        )
-        held = Command.objects.order_by().exclude(skip_reason="").values("state", "skip_reason")
-        for row in held.annotate(n=Count("id")):
-            waiting.add_metric([row["state"], row["skip_reason"]], row["n"])
-        yield waiting
-
-        stopped = GaugeMetricFamily(
-            "ankusa_connectors_stopped", "Connectors that send nothing now, by why.", labels=["why"]
-        )
-        stopped.add_metric(["paused"], Connector.objects.filter(paused_at__isnull=False).count())
-        stopped.add_metric(["held"], Connector.objects.filter(held_since__isnull=False).count())
-        yield stopped
-
-        length = GaugeMetricFamily(
-            "ankusa_queue_length", "Items per sub-queue.", labels=["queue", "backend", "kind"]
-        )
-        age = GaugeMetricFamily(
-            "ankusa_queue_oldest_age_seconds",
-            "Age of the oldest item per sub-queue.",
-            labels=["queue", "backend", "kind"],
-        )
-        up = GaugeMetricFamily(
-            "ankusa_queue_up", "1 when the queue's backend answered the scrape.", labels=["queue", "backend"]
-        )
-        for row in overview()["queues"]:
-            answered = "error" not in row
-            up.add_metric([row["name"], row["backend"]], 1 if answered else 0)
-            if not answered:
-                continue
-            for kind in ("main", "busy", "failed"):
-                labels = [row["name"], row["backend"], kind]
-                length.add_metric(labels, row[kind]["length"])
-                age.add_metric(labels, row[kind]["age_s"] or 0)
-        yield from (length, age, up)
-
-        from commands.health_metrics import collect as connector_health  # per connector, bounded
-
-        yield from connector_health()
+def register_collector(name: str, collector) -> None:
+    """Read ``collector`` at each scrape (registering a name again replaces its collector)."""
+    _COLLECTORS[name] = collector
 
 
 class _Scrape:
@@ -187,10 +142,13 @@ class _Scrape:
             yield from counted.collect()
         else:
             yield from REGISTRY.collect()
-        try:
-            yield from StateCollector().collect()
-        except Exception as exc:  # noqa: BLE001 - counters still answer when the database does not
-            logger.warning("metrics: state collection failed: %s", type(exc).__name__)
+        for name, collector in list(_COLLECTORS.items()):
+            try:
+                families = list(collector.collect())  # all of an app's figures, or none of them
+            except Exception as exc:  # noqa: BLE001 - counters still answer when the database does not
+                logger.warning("metrics: state collection failed (%s): %s", name, type(exc).__name__)
+                continue
+            yield from families
 
 
 def _allowed(request) -> bool:

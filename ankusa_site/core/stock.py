@@ -4,11 +4,12 @@ Four layers go faster than Django's own way, and each keeps that way as its refe
 
 * ``handler`` — webhooks past the URL resolver and most middleware (``ankusa_site.handlers``);
   stock: Django's ``WSGIHandler`` for every request;
-* ``prepared`` — statements prepared on the server (``ankusa_site.prepared``); stock: the same
+* ``prepared`` — statements prepared on the server (``ankusa_site.core.prepared``); stock: the same
   statement through Django's cursor, bound on the client;
 * ``sql`` — hand-written statements where the ORM's compilation costs more than the database's work
-  (intake's one-statement write and ``insert``, dispatch's start, finish, attempt rows and loading);
-  stock: the ORM's queries they stand for;
+  (intake's one-statement write and ``insert``, dispatch's start, finish, attempt rows and loading,
+  the database queue's enqueue, claim and done); stock: the ORM's queries they stand for
+  (``queues.backends.database_stock`` for the queue's);
 * ``backend`` — the site's database backends (``ankusa_site.postgresql``, ``ankusa_site.sqlite3``);
   stock: ``django.db.backends.postgresql`` / ``sqlite3``.
 
@@ -18,7 +19,7 @@ the benchmark price each layer alone. Unset, ``0`` or empty: every fast path on.
 fails the boot. Read once, at settings time; a process never changes its mind.
 
 What stock mode does not change: what is stored, answered or sent — only how (the tests run the
-intake and dispatch suites in both modes to hold that).
+intake, dispatch and database-queue suites in both modes to hold that).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Django's exception classes (``IntegrityError`` …, via ``wrap_database_errors``
 ``connection.queries`` when queries are logged. Statements must be written with ``%s``
 placeholders and passed their parameters as Python values (a ``datetime``, a list for an array),
 never pre-adapted strings.
-``ANKUSA_STOCK_DJANGO=prepared`` (``ankusa_site.stock``) runs the same statements through
+``ANKUSA_STOCK_DJANGO=prepared`` (``ankusa_site.core.stock``) runs the same statements through
 Django's cursor instead: the reference the prepared way is held to.
 """
 
@@ -22,7 +22,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import ExecStatus
 
-from ankusa_site.stock import stock
+from ankusa_site.core.stock import stock
 
 TUPLES_OK = ExecStatus.TUPLES_OK
 

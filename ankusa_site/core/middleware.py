@@ -36,7 +36,7 @@ import time
 from django.conf import settings
 from django.urls import reverse
 
-from ankusa_site.answers import error
+from ankusa_site.core.answers import error
 
 LATE = "ankusa.body_late"  # set in a request's META when its deadline passed
 # The watching thread wakes at most this often: deadlines are kept to within it.
