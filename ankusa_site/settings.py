@@ -224,6 +224,8 @@ SPECTACULAR_SETTINGS = {
         "OutlookEnum": "commands.retry.Outlook",
         "SkipReasonEnum": "commands.retry.SkipReason",
         "WaitsForEnum": "commands.staff.api_command_io.WAIT_CHOICES",
+        "SendingStateEnum": "commands.staff.api_pause.SENDING_STATES",
+        "CommandStateEnum": "commands.states.State",
     },
     # Every operation also declares the JSON errors any of them may answer (400/401/403/404/415).
     "POSTPROCESSING_HOOKS": [

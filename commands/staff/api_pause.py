@@ -30,10 +30,13 @@ def sending(connector: Connector) -> dict:
     return {"state": "sending", "again_in_a_row": connector.outage_failures}
 
 
+# Whether a connector's commands go out now (named in the schema: ``SendingStateEnum``).
+SENDING_STATES = ("sending", "paused", "held")
+
 SENDING = inline_serializer(
     "ConnectorSending",
     {
-        "state": serializers.ChoiceField(choices=["sending", "paused", "held"]),
+        "state": serializers.ChoiceField(choices=SENDING_STATES),
         "since": serializers.DateTimeField(required=False),
         "reason": serializers.CharField(required=False),
         "next_probe": serializers.DateTimeField(required=False),
