@@ -90,10 +90,8 @@ class Dispatcher:
             else:
                 self.queue.fail(item, f"not a command item: {str(payload)[:200]}")
         commands = load_for_sending([item.payload["command"] for item in wanted])
-        missing = {command.connector_id for command in commands.values()} - self._connectors.keys()
-        self._connectors.update(Connector.objects.in_bulk(missing))
-        for command in commands.values():
-            command.connector = self._connectors[command.connector_id]
+        for command in commands.values():  # the drain's first sight of a connector serves all its sends
+            command.connector = self._connectors.setdefault(command.connector_id, command.connector)
         entries, gone = [], []
         for item in wanted:
             command = commands.get(item.payload["command"])

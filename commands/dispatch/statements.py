@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -20,7 +21,7 @@ from django.db.models import F
 from ankusa_site.core.prepared import execute_prepared
 from ankusa_site.core.stock import stock
 from commands.dispatch.sends import WORKER_LOST, Sent
-from commands.models import Attempt, Command
+from commands.models import Attempt, Command, Connector
 from commands.states import Event, State, next_state
 
 
@@ -284,33 +285,71 @@ BOOKKEEPING_FIELDS = (
 )
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    """One model's part of :func:`load_for_sending`'s rows: its attribute names, and
+    ``(position, field, converter)`` for each converter a field has (as the ORM applies them to
+    loaded rows: the JSON fields' decoding)."""
+
+    names: list[str]
+    decode: list[tuple]
+
+    @classmethod
+    def of(cls, fields: list) -> _Loaded:
+        decode = [
+            (i, f, convert) for i, f in enumerate(fields) for convert in f.get_db_converters(connection)
+        ]
+        return cls([f.attname for f in fields], decode)
+
+    def instance(self, model, values: list):
+        for i, f, convert in self.decode:
+            values[i] = convert(values[i], f, connection)
+        return model.from_db(connection.alias, self.names, values)
+
+
 @functools.cache
-def _sending_fields() -> tuple[list[str], list[tuple], str]:
-    """What :func:`load_for_sending` reads: the fields' names, ``(position, field, converter)`` for
-    each converter a field has, and its PostgreSQL statement."""
+def _sending_fields() -> tuple[_Loaded, _Loaded, str]:
+    """What :func:`load_for_sending` reads of a command and of its connector, and its PostgreSQL
+    statement (a join: the connector comes in the same round trip)."""
     fields = [f for f in Command._meta.concrete_fields if f.name not in BOOKKEEPING_FIELDS]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    # The fields' own converters, as the ORM applies them to loaded rows (the JSON payload's decoding).
-    decode = [(i, f, convert) for i, f in enumerate(fields) for convert in f.get_db_converters(connection)]
-    sql = f"SELECT {columns} FROM {Command._meta.db_table} WHERE id = ANY(%s::bigint[])"
-    return [f.attname for f in fields], decode, sql
+    connector_fields = list(Connector._meta.concrete_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(
+        [f"c.{quote(f.column)}" for f in fields] + [f"k.{quote(f.column)}" for f in connector_fields]
+    )
+    sql = (
+        f"SELECT {columns} FROM {Command._meta.db_table} c"
+        f" JOIN {Connector._meta.db_table} k ON k.id = c.connector_id WHERE c.id = ANY(%s::bigint[])"
+    )
+    return _Loaded.of(fields), _Loaded.of(connector_fields), sql
 
 
 def load_for_sending(ids: list[int]) -> dict[int, Command]:
-    """The commands ``ids`` by id, without ``BOOKKEEPING_FIELDS`` (deferred), in one query.
+    """The commands ``ids`` by id, without ``BOOKKEEPING_FIELDS`` (deferred), each with its
+    connector (one instance per connector), in one query.
 
     On PostgreSQL a prepared statement whose rows become instances directly (``Model.from_db``, the
-    ORM's own constructor for loaded rows): the queryset's compilation and its per-row iterator
-    cost more CPU than the query, once per claimed batch. Elsewhere the queryset.
+    ORM's own constructor for loaded rows): the querysets' compilation and their per-row iterator
+    cost more CPU than the query, once per claimed batch — the connectors' own query alone cost
+    more than the commands' (a connector has some forty fields). Elsewhere the queryset.
     """
     if connection.vendor != "postgresql" or stock("sql"):  # stock: ANKUSA_STOCK_DJANGO
-        return Command.objects.defer(*BOOKKEEPING_FIELDS).in_bulk(ids)
-    names, decode, sql = _sending_fields()
-    commands = {}
+        loaded = Command.objects.defer(*BOOKKEEPING_FIELDS).select_related("connector").in_bulk(ids)
+        shared: dict[int, Connector] = {}
+        for command in loaded.values():
+            command.connector = shared.setdefault(command.connector_id, command.connector)
+        return loaded
+    command_part, connector_part, sql = _sending_fields()
+    width = len(command_part.names)
+    commands: dict[int, Command] = {}
+    connectors: dict[int, Connector] = {}
     for row in execute_prepared(connection, sql, [ids])[0]:
-        values = list(row)
-        for i, f, convert in decode:
-            values[i] = convert(values[i], f, connection)
-        command = Command.from_db(connection.alias, names, values)
+        command = command_part.instance(Command, list(row[:width]))
+        connector = connectors.get(command.connector_id)
+        if connector is None:
+            connector = connectors[command.connector_id] = connector_part.instance(
+                Connector, list(row[width:])
+            )
+        command.connector = connector
         commands[command.pk] = command
     return commands

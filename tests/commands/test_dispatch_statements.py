@@ -25,7 +25,7 @@ from commands.dispatch.statements import (
 )
 from commands.dispatch.sweep import sweep
 from commands.lifecycle import QUEUE_NAME
-from commands.models import Attempt, Command
+from commands.models import Attempt, Command, Connector
 from commands.retry import Outlook
 from commands.states import Event, State
 from queues.backends import get_queue
@@ -185,6 +185,22 @@ def test_commands_loaded_for_sending_equal_what_the_orm_loads_field_by_field(mak
         got = [(name, getattr(loaded[pk], name), type(getattr(loaded[pk], name))) for name in fields]
         want = [(name, getattr(expected[pk], name), type(getattr(expected[pk], name))) for name in fields]
         assert got == want
+
+
+def test_commands_loaded_for_sending_bring_their_connector_in_the_same_query(
+    make_connector, make_command, django_assert_num_queries
+):
+    one, other = make_connector("one"), make_connector("other")
+    ids = [make_command(one).pk, make_command(one).pk, make_command(other).pk]
+    with django_assert_num_queries(1):
+        loaded = load_for_sending(ids)
+        connectors = [loaded[pk].connector for pk in ids]
+    assert connectors[0] is connectors[1]  # one instance per connector
+    expected = Connector.objects.in_bulk([one.pk, other.pk])
+    fields = [f.attname for f in Connector._meta.concrete_fields]
+    for got in connectors:
+        want = expected[got.pk]
+        assert [(name, getattr(got, name)) for name in fields] == [(name, getattr(want, name)) for name in fields]
 
 
 def test_insert_attempts_writes_complete_rows_and_the_model_defaults(make_connector, make_command):

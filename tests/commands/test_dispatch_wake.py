@@ -23,7 +23,7 @@ from commands.retry import Outlook
 from commands.staff import actions
 from commands.states import State
 from queues import wake
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.servers import wait_for
 from tests.staff import staff_user
 

@@ -25,7 +25,7 @@ from commands.dispatch.sweep import sweep
 from commands.lifecycle import QUEUE_NAME
 from commands.models import Command, Connector
 from commands.states import State
-from queues.fifo import get_queue
+from queues.backends import get_queue
 from tests.commands.sink import ReceiverProcess
 from tests.servers import wait_for
 
