@@ -18,7 +18,7 @@ def reconsider_saved_connector(sender, instance, raw=False, **kwargs) -> None:
     Not for a fixture's raw save, which never ran ``save()`` either."""
     if raw:
         return
-    from commands.staff.actions import reconsider
+    from commands.staff.reconsider import reconsider
 
     instance.reconsidered = reconsider(instance)
 

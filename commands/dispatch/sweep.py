@@ -58,7 +58,7 @@ def sweep(
             due = Command.objects.due(now).filter(id__gt=after).order_by("id")
             if stopped:
                 due = due.filter(~Q(connector_id__in=stopped) | Q(pk__in=probes))
-            if connector is not None:  # a saved connector's commands (commands.staff.actions.reconsider)
+            if connector is not None:  # a saved connector's commands (commands.staff.reconsider)
                 due = due.filter(connector_id=connector)
             rows = list(
                 due.select_for_update(skip_locked=True, of=("self",)).values(*DECISION_FIELDS)[:batch]

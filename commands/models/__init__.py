@@ -26,7 +26,7 @@
   the recovery, for a send whose worker died); the dispatch loop never rewrites or deletes one.
 
 Saving a connector decides again on its waiting commands in the same transaction
-(:meth:`Connector.save`, ``commands.staff.actions.reconsider``): its ``after-fix`` commands, and its
+(:meth:`Connector.save`, ``commands.staff.reconsider``): its ``after-fix`` commands, and its
 ``not-idempotent`` ones once it is declared idempotent, are queued at once — the fix a person just
 made should not wait out the 10-minute re-check period, nor the next round.
 

@@ -272,7 +272,7 @@ class Connector(FixedOnceCreated, models.Model):
                 if not f.primary_key and f.name not in RUNTIME_FIELDS
             ]
         # One transaction with the decisions its post_save receiver takes again on its commands
-        # (commands.staff.actions.reconsider, connected by CommandsConfig.ready), which sets
+        # (commands.staff.reconsider, connected by CommandsConfig.ready), which sets
         # ``self.reconsidered``.
         with transaction.atomic():
             super().save(*args, **kwargs)

@@ -29,178 +29,41 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
-from django.db.models import Case, CharField, Count, Q, Value, When
 from django.utils import timezone
 
 from ankusa_site.core.logs import log_event
 from commands import retry, wake
-from commands.dispatch.sweep import sweep
 from commands.lifecycle import commands_queue
 from commands.models import AuditEntry, Command
-from commands.retry import Outlook
+
+# The doors (admin, API) reach the dry run and the guards through this module, as they reach perform.
+from commands.staff.plans import (  # noqa: F401
+    ACTIONS,
+    CHUNK,
+    DONE_WORDS,
+    MAX_REASON,
+    OVERRIDE_PERMISSION,
+    PERMISSIONS,
+    WILL,
+    Plan,
+    Refused,
+    _classify,
+    _eligible,
+    _needs_override,
+    _phrase,
+    _taken,
+    check_permission,
+    overridable,
+    plan,
+)
 from commands.states import Event, State
 
 logger = logging.getLogger("ankusa.commands.actions")
-
-ACTIONS = ("approve", "resend", "cancel")
-PERMISSIONS = {
-    "approve": "commands.approve_command",
-    "resend": "commands.resend_command",
-    "cancel": "commands.cancel_command",
-    "new-command": "commands.add_command",
-}
-OVERRIDE_PERMISSION = "commands.resend_override_command"
-# Past participles for the summaries ("40 will be resent").
-DONE_WORDS = {"approve": "approved", "resend": "resent", "cancel": "cancelled"}
-# A CAS UPDATE covers at most this many ids (SQLite's parameter limit, a short lock).
-CHUNK = 500
-MAX_REASON = 2000
-
-
-class Refused(Exception):
-    """A request the guards refuse, for the person who made it (``code`` for machines)."""
-
-    def __init__(self, code: str, detail: str):
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-
-
-# --- eligibility -----------------------------------------------------------------------------------
-# Each action sorts a command into one category by a condition on its row. WILL: changes as asked;
-# OVERRIDE: a resend only with an override; anything else: cannot, with the words for people.
-
-WILL = "will"
-NOT_IDEMPOTENT = "connector not idempotent"
-UNKNOWN = "outlook unknown"  # the skip reason's own words (retry.SkipReason)
-RETRYABLE = [Outlook.AGAIN.value, Outlook.AFTER_FIX.value]
-
-
-def _categories(action: str) -> list[tuple[str, Q]]:
-    """``(category, condition)`` in order: a command falls in the first whose condition holds; the
-    last one's is empty (everything else)."""
-    if action == "approve":
-        return [(WILL, Q(state=State.DRAFT)), ("not a draft", Q())]
-    if action == "cancel":
-        return [
-            (WILL, Q(state__in=[State.DRAFT, State.APPROVED, State.FAILED])),
-            ("in flight: wait for its send to finish", Q(state__in=[State.QUEUED, State.DISPATCHING])),
-            ("already finished", Q()),
-        ]
-    if action == "resend":
-        return [
-            ("not failed", ~Q(state=State.FAILED)),
-            ("a resend is already pending", Q(resend_by__isnull=False)),
-            ("never: make a new command instead", Q(last_outlook=Outlook.NEVER)),
-            (UNKNOWN, ~Q(last_outlook__in=RETRYABLE)),
-            (NOT_IDEMPOTENT, Q(connector__idempotent=False)),
-            (WILL, Q()),
-        ]
-    raise ValueError(f"no action {action!r}; use one of {', '.join(ACTIONS)}")
-
-
-def _needs_override(category: str) -> bool:
-    return category in (NOT_IDEMPOTENT, UNKNOWN)
-
-
-def _taken(override: bool) -> set[str]:
-    """The categories an act changes."""
-    return {WILL} | ({NOT_IDEMPOTENT, UNKNOWN} if override else set())
-
-
-def _eligible(action: str, override: bool) -> Q:
-    """The condition of the commands ``perform`` changes, repeated in every CAS UPDATE."""
-    wanted = _taken(override)
-    before, matched = Q(), Q(pk__in=[])
-    for category, test in _categories(action):
-        if category in wanted:
-            matched |= before & test
-        before &= ~test
-    return matched
-
-
-def _classify(action: str, queryset) -> dict[str, int]:
-    *tested, (last, _) = _categories(action)
-    whens = [When(test, then=Value(category)) for category, test in tested]
-    rows = (
-        queryset.order_by()
-        .annotate(category=Case(*whens, default=Value(last), output_field=CharField()))
-        .values("category")
-        .annotate(n=Count("pk"))
-    )
-    return {row["category"]: row["n"] for row in rows}
-
-
-def _phrase(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-@dataclass
-class Plan:
-    """A dry run: what :func:`perform` would do with the same arguments now."""
-
-    action: str
-    total: int
-    will: int
-    need_override: dict[str, int] = field(default_factory=dict)
-    cannot: dict[str, int] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        parts = [f"{self.will} will be {DONE_WORDS[self.action]}"]
-        if self.need_override:
-            parts.append(
-                f"{sum(self.need_override.values())} need an override: {_phrase(self.need_override)}"
-            )
-        text = ", ".join(parts)
-        if self.cannot:
-            text += f"; {sum(self.cannot.values())} cannot: {_phrase(self.cannot)}"
-        return text
-
-    def overridden(self) -> Plan:
-        """The same dry run with the override: what needed one will be done too (no query)."""
-        return Plan(self.action, self.total, self.will + sum(self.need_override.values()), {}, self.cannot)
-
-    def as_dict(self) -> dict:
-        return {
-            "action": self.action,
-            "total": self.total,
-            "will": self.will,
-            "need_override": self.need_override,
-            "cannot": self.cannot,
-            "summary": self.summary(),
-        }
-
-
-def overridable(action: str) -> bool:
-    """Whether ``action`` has guards an override lifts: only a resend (approve and cancel have
-    none). An override asked for any other action is no override."""
-    return action == "resend"
-
-
-def plan(action: str, queryset, *, override: bool = False, user=None) -> Plan:
-    """The dry run of ``action`` on ``queryset`` (one query; nothing written). With ``user``, only
-    if that user may run it (a plan tells what the caller may do, not what others may)."""
-    override = override and overridable(action)
-    if user is not None:
-        check_permission(user, action, override=override)
-    counts = _classify(action, queryset)
-    result = Plan(action, total=sum(counts.values()), will=counts.pop(WILL, 0))
-    for category, n in counts.items():
-        if _needs_override(category):
-            if override:
-                result.will += n
-            else:
-                result.need_override[category] = n
-        else:
-            result.cannot[category] = n
-    return result
 
 
 # --- performing ------------------------------------------------------------------------------------
@@ -229,15 +92,6 @@ class Done:
             "summary": self.summary(),
             "audit": self.audit.pk,
         }
-
-
-def check_permission(user, action: str, *, override: bool = False) -> None:
-    """Raise ``PermissionDenied`` unless ``user`` may run ``action`` (with the override)."""
-    wanted = [PERMISSIONS[action]] + ([OVERRIDE_PERMISSION] if override else [])
-    if not getattr(user, "pk", None) or not user.has_perms(wanted):
-        raise PermissionDenied(
-            f"You may not {action.replace('-', ' ')}{' with an override' if override else ''}."
-        )
 
 
 def _clean_reason(reason: str, *, required: bool) -> str:
@@ -438,83 +292,3 @@ def new_command(
         entry.commands.add(original.pk, copy.pk)
     log_event(logger, "new_command", by=entry.username, via=via, original=original.pk, command=copy.pk)
     return copy
-
-
-# --- a connector changed: its waiting commands decided again ---------------------------------------
-
-
-@dataclass
-class Reconsidered:
-    """What a connector's change did to its waiting commands: ``going`` are queued now (the
-    dispatch poll sends them within ``ANKUSA_DISPATCH_POLL_S``), ``parked`` newly wait, by reason."""
-
-    going: int = 0
-    parked: Counter = field(default_factory=Counter)
-
-    def summary(self) -> str:
-        poll = f"{settings.ANKUSA_DISPATCH_POLL_S:g} s"
-        if self.going:
-            text = f"{self.going} of its commands will now go: queued now, sent within the dispatch poll ({poll})"
-        else:
-            text = "None of its waiting commands goes because of this change"
-        if self.parked:
-            text += f"; {sum(self.parked.values())} now wait: {_phrase(self.parked)}"
-        return text + "."
-
-
-@transaction.atomic  # joins the caller's (Connector.save's): the rows stay locked until it commits
-def reconsider(connector, *, now: datetime | None = None) -> Reconsidered:
-    """Decide again on ``connector``'s failed commands whose decision depends on it, and queue
-    those that go now — in the caller's transaction (``Connector.save``'s), so the change and its
-    consequences commit together and the dispatch poll sends them, not the next round.
-
-    A stored skip reason is a cached decision: declaring the connector idempotent releases its
-    ``not-idempotent`` commands, any save releases its ``after-fix`` ones (the fix a person just made
-    should not wait out the re-check period), and un-declaring idempotency parks its retries. The
-    decision is ``retry.decide``'s, with the connector as it is now; a pending resend is left alone
-    (a person decided), and so are outlooks no connector changes (``never``, unknown).
-    """
-    now = now or timezone.now()
-    result = Reconsidered()
-    waiting = Command.objects.filter(
-        connector=connector, state=State.FAILED, resend_by__isnull=True, last_outlook__in=RETRYABLE
-    )
-    # Locked until the save commits, so a sweep or a resend cannot move one between this decision
-    # and its write; one a sweeper holds is left to that sweeper, which decides with the new row.
-    rows = waiting.select_for_update(skip_locked=True, of=("self",)).values_list(
-        "pk", "last_outlook", "attempts", "next_attempt_at", "skip_reason"
-    )
-    released: list[int] = []
-    parked: dict[str, list[int]] = {}
-    for pk, outlook, attempts, next_attempt_at, skip_reason in rows.iterator(chunk_size=2000):
-        after_fix = outlook == Outlook.AFTER_FIX
-        decision = retry.decide(
-            dispatchable=True,
-            outlook=outlook,
-            attempts=attempts,
-            next_attempt_at=None if after_fix else next_attempt_at,  # a fix is checked at once
-            idempotent=connector.idempotent,
-            now=now,
-        )
-        if decision.take:
-            released.append(pk)
-        elif decision.skip != skip_reason:
-            parked.setdefault(decision.skip, []).append(pk)
-    for start in range(0, len(released), CHUNK):
-        chunk = released[start : start + CHUNK]
-        Command.objects.filter(pk__in=chunk, state=State.FAILED).update(
-            next_attempt_at=now, skip_reason="", skip_decided_at=None
-        )
-    for reason, ids in parked.items():
-        for start in range(0, len(ids), CHUNK):
-            Command.objects.filter(pk__in=ids[start : start + CHUNK], state=State.FAILED).update(
-                skip_reason=reason, skip_decided_at=now
-            )
-        result.parked[reason] = len(ids)
-    if released:
-        result.going = sweep(now, connector=connector.pk).taken
-    if released or parked:
-        log_event(
-            logger, "reconsidered", connector=connector.pk, going=result.going, parked=dict(result.parked)
-        )
-    return result

@@ -21,7 +21,7 @@ who makes it (the machine, a person, nobody) and when: "the last of 3 tries fail
   person keeps its own reason: resuming would not send it.
 
 What this does not do: read the attempts (a connector's change re-decides the stored reasons in the
-same transaction, ``commands.staff.actions.reconsider``); it may be a round stale.
+same transaction, ``commands.staff.reconsider``); it may be a round stale.
 """
 
 from __future__ import annotations
