@@ -22,7 +22,8 @@ Scenarios (``--quick``: one fault each, 250 webhooks at 50/s; else the count bel
 ``dispatch_kill_redis_queue`` (the same on the Redis queue), ``web_worker_kill`` (``kill -9`` a
 gunicorn worker while it answers; 5), ``redis_kill`` (SIGKILL, started again empty 2 s later; 2),
 ``pg_restart`` (``stop -m immediate`` while the loop sends, started again 1 s later; 2),
-``celery_worker_kill`` (``kill -9`` the worker that is sending, started again 3 s later; 2).
+``celery_worker_kill`` (``kill -9`` the worker that is sending, started again 3 s later; 2),
+``dispatch_kill_1000_in_flight`` (``kill -9`` a dispatcher holding 1,000 sends, :func:`kill_deep`).
 
 The JSON line holds ``lost``, ``double_stored``, ``double_sent`` and ``http_500`` summed, and per
 scenario those plus ``delivered_but_unknown``, ``resume_s``, ``recovered_s`` and what explains them;
@@ -95,6 +96,7 @@ SCENARIOS = {
         Scenario("redis_kill", 2),
         Scenario("pg_restart", 2),
         Scenario("celery_worker_kill", 2, engine="celery"),
+        Scenario("dispatch_kill_1000_in_flight", 1),
     )
 }
 
@@ -888,7 +890,10 @@ def main() -> None:
     args = parser.parse_args()
     args.webhooks = args.webhooks or (250 if args.quick else 3000)
     args.rate = args.rate or (50.0 if args.quick else 100.0)
-    names = args.only.split(",") if args.only else list(SCENARIOS)
+    # --quick leaves the 1,000-in-flight kill out unless named: the suite runs it already, in
+    # bench/slow_receivers.py --quick (tests/commands/test_bench.py).
+    default = [name for name in SCENARIOS if not (args.quick and name == "dispatch_kill_1000_in_flight")]
+    names = args.only.split(",") if args.only else default
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
@@ -914,7 +919,10 @@ def main() -> None:
         for name in names:
             started = time.monotonic()
             print(f"{name}: running", flush=True)
-            results[name] = run_scenario(SCENARIOS[name], services, receiver, workdir, args)
+            if name == "dispatch_kill_1000_in_flight":
+                results[name] = kill_deep(args)
+            else:
+                results[name] = run_scenario(SCENARIOS[name], services, receiver, workdir, args)
             results[name]["seconds"] = round(time.monotonic() - started, 1)
             print(f"{name}: {json.dumps({k: results[name][k] for k in KEYS})}", flush=True)
     except BaseException:
@@ -946,6 +954,32 @@ def main() -> None:
         quick=args.quick, visibility_timeout_s=args.visibility, interval_s=args.interval, commit=measured_on
     )
     print(json.dumps(figures))
+
+
+def kill_deep(args) -> dict:
+    """``kill -9`` of a dispatcher holding 1,000 sends in flight (a 5 s receiver, non-idempotent
+    connectors), then a new one until every command ended: the slow-receiver benchmark's kill
+    (``bench/slow_receivers.py --kill-only``), run here on this run's private PostgreSQL. No
+    webhooks: its commands are made directly, so nothing is stored twice or answered 500, and the
+    sends cut by the kill are ``delivered_but_unknown`` (WorkerLost: the receiver may have them)."""
+    command = [sys.executable, str(Path(__file__).with_name("slow_receivers.py")), "--kill-only"]
+    done = subprocess.run(
+        command + (["--quick"] if args.quick else []), capture_output=True, text=True, env=dict(os.environ)
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the 1,000-in-flight kill failed: {done.stderr[-2000:]}")
+    kill = json.loads(done.stdout.strip().splitlines()[-1])
+    return {
+        "faults": 1,
+        "lost": kill["lost"],
+        "double_stored": 0,
+        "double_sent": kill["double_sent"],
+        "http_500": 0,
+        "delivered_but_unknown": kill["worker_lost"],
+        "resume_s": None,
+        "recovered_s": None,
+        "answers": f"{kill['killed_in_flight']} in flight at the kill",
+    }
 
 
 def seconds(value: float | None) -> str:
