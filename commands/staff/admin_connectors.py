@@ -79,9 +79,13 @@ def failed_list_url(**filters) -> str:
 class ConnectorGlance(health_admin.HealthColumns):
     """The connector list's columns and the same figures on its page (``commands.staff.connector_glance``)."""
 
+    @admin.display(description="connector", ordering="tenant__slug")
+    def tenant_and_name(self, connector: Connector) -> str:
+        return f"{connector.tenant.slug}/{connector.name}"  # the tenant's own column cost the width
+
     @admin.display(description="URL")
     def short_url(self, connector: Connector) -> str:
-        return Truncator(connector.url).chars(48) or "-"
+        return Truncator(connector.url).chars(40) or "-"
 
     @admin.display(description="failing", ordering="failing")
     def failing_link(self, connector: Connector):
@@ -91,7 +95,7 @@ class ConnectorGlance(health_admin.HealthColumns):
             connector_glance.capped(connector.failing),
         )
 
-    @admin.display(description="waiting to go", ordering="waiting")
+    @admin.display(description="to go", ordering="waiting")
     def waiting_link(self, connector: Connector):
         url = (
             reverse("admin:commands_command_changelist")
@@ -112,7 +116,7 @@ class ConnectorGlance(health_admin.HealthColumns):
                 connector__id__exact=connector.pk, last_error_class=connector.last_error_class or ""
             ),
             connector.last_error_class or "?",
-            Truncator(connector.last_error or "").chars(60),
+            Truncator(connector.last_error or "").chars(32),
             moment(connector.last_failed_at),
         )
 
@@ -164,15 +168,11 @@ class ConnectorAdmin(ConnectorTools, PauseActions, DeletableWhileUnused, Connect
     form = ConnectorForm
     protected_by = ("commands",)
     list_display = [
-        "name",
-        "tenant",
+        "tenant_and_name",
         "short_url",
-        "enabled",
         "idempotent",
         "sending",
-        "secret_set",
-        "health_hour",
-        "success_rate",
+        "health_rates",
         "health_send_time",
         "health_run",
         "failing_link",

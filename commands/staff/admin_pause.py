@@ -44,6 +44,8 @@ def sending_words(connector: Connector) -> str:
     if connector.held_since is not None:
         probe = f"; next probe {stamp(connector.probe_at)}" if connector.probe_at else ""
         return f"held since {stamp(connector.held_since)}: the receiver failed {connector.outage_failures} sends in a row{probe}"
+    if not connector.enabled:  # the connector list's only word for it (no column of its own)
+        return "disabled: its commands wait as after-fix"
     return "sending"
 
 
@@ -58,7 +60,13 @@ class PauseActions:
     @admin.display(description="sending")
     def sending(self, connector: Connector):
         words = sending_words(connector)
-        tone = "wait" if connector.held_since else "person" if connector.paused_at else "none"
+        tone = (
+            "wait"
+            if connector.held_since
+            else "person"
+            if connector.paused_at or not connector.enabled
+            else "none"
+        )
         return format_html('<span class="ankusa-badge ankusa-tone-{}" title="{}">{}</span>', tone, words,
                            words.split(":")[0].split(" since")[0])  # fmt: skip
 

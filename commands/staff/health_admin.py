@@ -87,23 +87,31 @@ class HealthColumns:
     def _health(self, connector) -> health_figures.Health:
         return getattr(connector, "glance_health", None) or health_figures.Health(connector.pk)
 
-    @admin.display(description="last hour")
-    def health_hour(self, connector) -> str:
-        return rate_text(self._health(connector).hour)
+    # Two figures a cell, one a line: the list fits a laptop's screen without scrolling sideways.
+    @admin.display(description="ok: 1 h, 24 h")
+    def health_rates(self, connector):
+        figures = self._health(connector)
+        return format_html("{}<br>{}", rate_text(figures.hour), rate_text(figures.day))
 
-    @admin.display(description="success, 24 h")
+    @admin.display(description="send, 24 h")
+    def health_send_time(self, connector):
+        day = self._health(connector).day
+        if not day.sends:
+            return "-"
+        return format_html(
+            "p50 {}<br>p95 {}",
+            health_figures.seconds_text(day.quantile(0.5)),
+            health_figures.seconds_text(day.quantile(0.95)),
+        )
+
     def success_rate(self, connector) -> str:
         return rate_text(self._health(connector).day)
 
-    @admin.display(description="send time, 24 h")
-    def health_send_time(self, connector) -> str:
-        return send_times(self._health(connector).day)
-
-    @admin.display(description="failures in a row")
+    @admin.display(description="fails in a row")
     def health_run(self, connector) -> str:
         return f"{self._health(connector).consecutive_failures:,}"
 
-    @admin.display(description="failed, waiting for")
+    @admin.display(description="failed, by reason")
     def health_waiting(self, connector):
         return waiting_badges(self._health(connector))
 

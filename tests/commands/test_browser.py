@@ -26,6 +26,7 @@ from django.contrib.auth.models import Group, User
 from django.db import connections
 from django.utils import timezone
 
+from commands import health
 from commands.dispatch import heartbeat
 from commands.models import Attempt, AuditEntry, Command, Connector, DispatcherHeartbeat
 from commands.states import State
@@ -117,6 +118,7 @@ def world(transactional_db):
             status_code=status,
             response_excerpt=f'{{"error": "HTTP {status}", "detail": "the receiver said no"}}',
         )
+    health.backfill(now)  # attempts written here, not by the recorder: the summary is built from them
     # A dispatch loop that ran its last round ten minutes ago: paused, the dashboard must say so.
     heartbeat.beat("loop", now=now - timezone.timedelta(minutes=10))
     DispatcherHeartbeat.objects.update(name="ops-box:4242")
