@@ -200,7 +200,9 @@ def test_commands_loaded_for_sending_bring_their_connector_in_the_same_query(
     fields = [f.attname for f in Connector._meta.concrete_fields]
     for got in connectors:
         want = expected[got.pk]
-        assert [(name, getattr(got, name)) for name in fields] == [(name, getattr(want, name)) for name in fields]
+        assert [(name, getattr(got, name)) for name in fields] == [
+            (name, getattr(want, name)) for name in fields
+        ]
 
 
 def test_insert_attempts_writes_complete_rows_and_the_model_defaults(make_connector, make_command):
