@@ -295,7 +295,7 @@ class DatabaseFIFO(ReliableFIFO):
             ids = list(main.order_by("position", "id").values_list("id", flat=True)[:n])
             self._rows().filter(pk__in=ids).update(state=State.BUSY, claimed_at=now, claims=F("claims") + 1)
             rows = list(self._rows().filter(pk__in=ids).order_by("position", "id"))
-        return [_item(row) for row in rows]
+        return [database_stock.item_of(row) for row in rows]
 
     def done(self, *items: Item | int) -> int:
         tokens = _tokens(items)
@@ -380,7 +380,7 @@ class DatabaseFIFO(ReliableFIFO):
             with self._atomic():
                 expired = self._rows(State.BUSY).filter(claimed_at__lt=cutoff).order_by("claimed_at", "id")
                 rows = list(expired.select_for_update(skip_locked=True)[:size])
-                touched.extend(_item(row) for row in rows)
+                touched.extend(database_stock.item_of(row) for row in rows)
                 self._move(rows, action, error=error, front=False, now=now)
             if len(rows) < size:
                 break
@@ -456,7 +456,7 @@ class DatabaseFIFO(ReliableFIFO):
         return self._rows(kind).count()
 
     def peek(self, kind: Kind = "main", n: int = 1) -> list[Item]:
-        return [_item(row) for row in self._rows(kind).order_by(*ORDER[kind])[:n]]
+        return [database_stock.item_of(row) for row in self._rows(kind).order_by(*ORDER[kind])[:n]]
 
     def flush(self) -> int:
         return self._rows().delete()[0]
@@ -470,17 +470,3 @@ def _tokens(items) -> list[tuple[int, int | None]]:
 def _marks(count: int, mark: str = "%s") -> str:
     """``count`` placeholders for an ``IN (…)`` or ``VALUES …`` list."""
     return ", ".join([mark] * count)
-
-
-def _item(row: QueueItem) -> Item:
-    return Item(
-        id=row.pk,
-        payload=row.payload,
-        enqueued_at=row.enqueued_at,
-        claimed_at=row.claimed_at,
-        requeue_count=row.requeue_count,
-        fail_count=row.fail_count,
-        last_error=row.last_error,
-        claims=row.claims,
-        failed_at=row.failed_at,
-    )

@@ -54,7 +54,7 @@ def claim(queue: DatabaseFIFO, n: int, now: datetime) -> list[Item]:
         ids = list(head.values_list("id", flat=True)[:n])
         queue._rows().filter(pk__in=ids).update(state=State.BUSY, claimed_at=now, claims=F("claims") + 1)
         rows = list(queue._rows().filter(pk__in=ids).order_by("position", "id"))
-    return [_item(row) for row in rows]
+    return [item_of(row) for row in rows]
 
 
 def done(queue: DatabaseFIFO, claimed: list[tuple[int, int]], bare: list[int]) -> list[int]:
@@ -72,7 +72,8 @@ def done(queue: DatabaseFIFO, claimed: list[tuple[int, int]], bare: list[int]) -
     return held
 
 
-def _item(row: QueueItem) -> Item:
+def item_of(row: QueueItem) -> Item:
+    """The contract's ``Item`` of a row (both branches of the database queue read rows this way)."""
     return Item(
         id=row.pk,
         payload=row.payload,
