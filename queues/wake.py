@@ -5,11 +5,15 @@ a queue's main sub-queue wakes the consumers waiting on that queue, within milli
 asks for the same wake by hand (a change that makes work claimable without enqueueing it). A
 consumer keeps polling as the safety net: a lost wake costs at most the poll interval.
 
-* **PostgreSQL** (database backend): a trigger (migration ``queues.0003``) sends ``NOTIFY
-  ankusa_queues, '<queue name>'`` from the transaction that puts a row in main, whatever wrote it
-  (intake's one statement, the ORM, a requeue), so it is delivered on commit and never for a
-  rollback; ``wake()`` sends the same notification in the caller's transaction. A process waits on
-  ONE dedicated connection (:class:`Listener`, a thread reading its notifications), however many
+* **PostgreSQL** (database backend): a trigger (migrations ``queues.0003`` and ``0004``) sends
+  ``NOTIFY ankusa_queues, '<queue name>'`` from the transaction that puts a row in main, whatever
+  wrote it (intake's one statement, the ORM, a requeue), so it is delivered on commit and never for
+  a rollback — but only while a consumer sleeps: a ``NOTIFY`` makes commits take turns, database
+  wide. A consumer about to wait says so (:func:`sleep`, on its own connection: shared advisory
+  locks that a committing trigger cannot take beside them), then looks at the queue, which waits
+  for the commits that skipped their notification; it lets go (:func:`rise`) once woken or when it
+  claims. ``wake()`` always notifies, in the caller's transaction. A process waits on ONE
+  dedicated connection (:class:`Listener`, a thread reading its notifications), however many
   queues and threads wait on it.
 * **Redis**: an enqueue (and a requeue) pushes a token to the queue's wake list in the same round
   trip; a waiter pops it with ``BLPOP`` and a timeout. The list holds one token at most, so a
@@ -29,7 +33,7 @@ import threading
 import time
 from collections import defaultdict
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 logger = logging.getLogger("ankusa.queues")
 
@@ -153,6 +157,49 @@ def close_listeners() -> None:
         _listeners.clear()
     for one in found:
         one.close()
+
+
+# The connection a thread's consumer sleeps on, kept on Django's wrapper of it: a new connection
+# (after a restart, or one Django closed) holds no lock, so it is not gated.
+GATE_ATTRIBUTE = "ankusa_wake_gate"
+
+
+def gated(connection) -> bool:
+    """Whether this thread's ``connection`` (Django's) holds the wake gate: its consumer sleeps."""
+    held = getattr(connection, GATE_ATTRIBUTE, None)
+    return held is not None and held is connection.connection
+
+
+def sleep(connection, queue: str) -> bool:
+    """Say that the consumer on ``connection`` sleeps (commits that queue notify from now on), then
+    look at ``queue``: True when work is there already (the gate is let go: the caller claims).
+    False when it sleeps, or when it could not say so (a transaction that queued is still open,
+    the database does not answer): its poll covers that."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT queues_wake_sleep(%s)", [queue])
+            (found,) = cursor.fetchone()
+    except DatabaseError as exc:
+        logger.debug("wake gate: cannot sleep (%s); polling", exc)
+        return False
+    if found is None:
+        return False
+    setattr(connection, GATE_ATTRIBUTE, connection.connection)
+    if found:
+        rise(connection)
+    return bool(found)
+
+
+def rise(connection) -> None:
+    """Let go of the gate the consumer on ``connection`` holds, if it does: it is about to claim."""
+    if not gated(connection):
+        return
+    setattr(connection, GATE_ATTRIBUTE, None)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT queues_wake_rise()")
+    except DatabaseError:
+        connection.close()  # its session's locks go with it
 
 
 def wait_until(wait_for_work, stop: threading.Event, seconds: float, *, slice_s: float = 0.25) -> bool:

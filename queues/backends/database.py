@@ -10,9 +10,9 @@ leaves no item behind. ``done``, recovery, requeue and failure act only on items
 the caller's claim, each in one statement or under a row lock, so a concurrent recovery cannot slip
 in between.
 
-On PostgreSQL a row entering main notifies its queue's waiters on commit (a trigger, see
-``queues.wake``), and ``wait_for_work`` waits on the process's one listening connection; on SQLite
-it sleeps (consumers poll).
+On PostgreSQL a row entering main notifies its queue's waiters on commit while one sleeps (a
+trigger, see ``queues.wake``), and ``wait_for_work`` says it sleeps, looks, and waits on the
+process's one listening connection; on SQLite it sleeps (consumers poll).
 
 What it does NOT do: ``length`` counts rows (through the partial indexes) rather than reading a
 counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot path; and a waiting
@@ -257,16 +257,27 @@ class DatabaseFIFO(ReliableFIFO):
                 cursor.execute("SELECT pg_notify(%s, %s)", [wake.CHANNEL, self.name])
 
     def wait_for_work(self, timeout: float) -> bool:
-        if connections[self.using].vendor != "postgresql":
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
             return super().wait_for_work(timeout)
         if timeout <= 0 and not wake.listening(self.using):
             return False  # a look: no listener (and connection) started for it
-        return wake.listener(self.using).wait(self.name, timeout)
+        listener = wake.listener(self.using)
+        # About to sleep: say so, then look (commits notify only while a consumer sleeps). Not
+        # inside a transaction, whose look would see its own uncommitted rows.
+        ready = listener.connected.is_set() and not connection.in_atomic_block
+        if ready and not wake.gated(connection) and wake.sleep(connection, self.name):
+            return True
+        woken = listener.wait(self.name, timeout)
+        if woken:
+            wake.rise(connection)
+        return woken
 
     # --- consumers ----------------------------------------------------------------------------------
 
     def _claim(self, n: int, now: datetime) -> list[Item]:
         connection = connections[self.using]
+        wake.rise(connection)  # a consumer that claims is awake: commits need not notify it
         if stock("sql"):
             return database_stock.claim(self, n, now)
         if connection.vendor == "postgresql":

@@ -1,17 +1,24 @@
 """Waking a waiting consumer (``queues.wake``): a committed enqueue wakes it within milliseconds on
-PostgreSQL (LISTEN/NOTIFY) and on Redis (the wake list); a rollback does not; SQLite polls."""
+PostgreSQL (LISTEN/NOTIFY) and on Redis (the wake list); a rollback does not; SQLite polls. On
+PostgreSQL a commit notifies only while a consumer sleeps, and no wake is lost for it."""
 
 from __future__ import annotations
 
+import random
+import subprocess
+import sys
 import threading
 import time
 
+import psycopg
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 
 from queues import wake
 from queues.backends.database import DatabaseFIFO
 from queues.backends.redis import RedisFIFO
+from tests.services import database_url
 
 # A wake must come far inside the dispatch poll (1 s); generous for a loaded machine.
 WAKE_BOUND_S = 0.5
@@ -28,8 +35,11 @@ class Waiter:
 
     def _run(self, queue, timeout):
         started = time.monotonic()
-        woken = queue.wait_for_work(timeout)
-        self.result = (woken, time.monotonic() - started)
+        try:
+            woken = queue.wait_for_work(timeout)
+            self.result = (woken, time.monotonic() - started)
+        finally:
+            connection.close()  # with its session goes the wake gate it may hold
 
     def join(self) -> tuple[bool, float]:
         self.thread.join(10)
@@ -176,3 +186,164 @@ def test_a_wait_that_fails_sleeps_its_slice_and_the_poll_goes_on():
 
     assert wake.wait_until(broken, threading.Event(), 0.2, slice_s=0.05) is False
     assert len(calls) >= 2
+
+
+# --- PostgreSQL: a commit notifies only while a consumer sleeps (migration queues.0004) ---------------
+
+GATE = 1634626421
+
+
+def raw_listener() -> psycopg.Connection:
+    """A LISTENing connection of the test's own, outside the process's listener: it sees every
+    notification sent, whoever it wakes."""
+    conn = psycopg.connect(database_url(settings.DATABASES["default"]), autocommit=True)
+    conn.execute(f"LISTEN {wake.CHANNEL}")
+    return conn
+
+
+def notified(conn: psycopg.Connection, seconds: float = 0.3) -> list[str]:
+    return [notify.payload for notify in conn.notifies(timeout=seconds)]
+
+
+@pytest.fixture
+def nobody_sleeps(listening, transactional_db):
+    """No session of this test database holds the wake gate (an earlier test's thread may have)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND pid <> pg_backend_pid()",
+            [GATE],
+        )
+    wake.rise(connection)
+
+
+def test_a_commit_that_queues_sends_no_notification_while_no_consumer_sleeps(nobody_sleeps):
+    watcher = raw_listener()
+    queue = DatabaseFIFO("jobs")
+    queue.enqueue({"n": 1})
+    with transaction.atomic():
+        queue.enqueue({"n": 2}, {"n": 3})
+    assert notified(watcher) == []
+    assert len(queue.claim(3)) == 3
+    waiter = Waiter(queue)  # now one sleeps: the next commit notifies, and wakes it
+    queue.enqueue({"n": 4})
+    assert waiter.join()[0] is True
+    assert notified(watcher) == ["jobs"]
+
+
+def test_a_consumer_about_to_sleep_finds_work_that_was_queued_without_a_notification(nobody_sleeps):
+    queue = DatabaseFIFO("jobs")
+    queue.enqueue({"n": 1})  # nobody sleeps: no notification
+    started = time.monotonic()
+    assert queue.wait_for_work(5) is True  # its look before it sleeps finds the item
+    assert time.monotonic() - started < WAKE_BOUND_S
+    assert not wake.gated(connection)  # it found work: it let go at once
+    assert [item.payload for item in queue.claim(1)] == [{"n": 1}]
+
+
+def test_a_consumer_holds_the_gate_while_it_sleeps_and_lets_go_when_it_claims(nobody_sleeps):
+    watcher = raw_listener()
+    queue = DatabaseFIFO("jobs")
+    assert queue.wait_for_work(0.05) is False
+    assert wake.gated(connection)  # between two slices of its wait it still sleeps
+    thread = threading.Thread(target=lambda: (queue.enqueue({"n": 1}), connection.close()))
+    thread.start()
+    thread.join()
+    assert notified(watcher) == ["jobs"]
+    assert queue.wait_for_work(1) is True
+    queue.claim(1)
+    assert not wake.gated(connection)
+    queue.enqueue({"n": 2})  # it claims again before it sleeps: nobody is told
+    assert notified(watcher) == []
+
+
+def test_a_commit_that_holds_its_stripe_does_not_keep_a_consumer_from_its_poll(nobody_sleeps):
+    queue = DatabaseFIFO("jobs")
+    with psycopg.connect(database_url(settings.DATABASES["default"])) as holder:
+        for stripe in range(32):  # every stripe, as a commit in progress holds its own
+            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", [GATE, stripe])
+        started = time.monotonic()
+        assert queue.wait_for_work(0.2) is False  # not gated, it waited its slice like a poll
+        assert time.monotonic() - started < 1.0
+        assert not wake.gated(connection)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+            )
+            assert cursor.fetchone()[0] == 0  # the stripes it took before the timeout were let go
+    queue.enqueue({"n": 1})
+    assert queue.wait_for_work(1) is True
+
+
+PRODUCER = """
+import sys
+import django
+django.setup()
+from queues.backends.database import DatabaseFIFO
+from tests.queues.test_wake import produce_in_bursts
+produce_in_bursts(DatabaseFIFO("jobs"), sys.argv[1])
+"""
+BURSTS, PER_BURST = 3, 12
+
+
+def produce_in_bursts(queue, name: str) -> None:
+    """Every producer queues in the same 0.2 s of each wall-clock second and is quiet for the rest:
+    a wake lost at the end of a burst waits out the quiet 0.8 s, beyond the wake bound."""
+    for burst in range(BURSTS):
+        time.sleep(1 - time.time() % 1)
+        for n in range(PER_BURST):
+            queue.enqueue({"producer": name, "n": burst * PER_BURST + n})
+            time.sleep(random.uniform(0, 0.2 / PER_BURST))
+
+
+def test_no_wake_is_lost_between_a_drain_and_its_sleep_with_producers_in_threads_and_processes(
+    nobody_sleeps, service_env
+):
+    """Producers in three threads and two processes queue in bursts; one consumer claims until the
+    queue is empty, lingers (a drain's tail) and sleeps with a 10 s wait (its poll, far off). Every
+    item is claimed once, within the wake bound: what committed while it lingered, notifying
+    nobody, its look before it sleeps finds."""
+    threads_n, processes_n = 3, 2
+    total = BURSTS * PER_BURST * (threads_n + processes_n)
+    queue = DatabaseFIFO("jobs")
+    latencies: dict[tuple, float] = {}
+
+    def consume() -> None:
+        try:
+            while len(latencies) < total:
+                items = queue.claim(50)
+                now = time.time()
+                for item in items:
+                    key = (item.payload["producer"], item.payload["n"])
+                    assert key not in latencies
+                    latencies[key] = now - item.enqueued_at.timestamp()
+                queue.done(*items)
+                if not items:
+                    time.sleep(0.005)
+                    queue.wait_for_work(10)
+        finally:
+            connection.close()
+
+    def produce(name: str) -> None:
+        try:
+            produce_in_bursts(queue, name)
+        finally:
+            connection.close()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    processes = [
+        subprocess.Popen([sys.executable, "-c", PRODUCER, f"p{n}"], env=service_env)
+        for n in range(processes_n)
+    ]
+    producers = [threading.Thread(target=produce, args=(f"t{n}",)) for n in range(threads_n)]
+    for thread in producers:
+        thread.start()
+    for thread in producers:
+        thread.join()
+    for process in processes:
+        assert process.wait(60) == 0
+    consumer.join(30)
+    assert len(latencies) == total
+    assert max(latencies.values()) < WAKE_BOUND_S
