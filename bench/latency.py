@@ -3,7 +3,8 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db> REDIS_URL=redis://127.0.0.1:6379/<n> \\
         .venv/bin/python bench/latency.py [--quick]
 
-It makes a throw-away PostgreSQL database (``lat_<db>``, dropped at the end), flushes the Redis
+It makes a throw-away PostgreSQL database (``lat_<db>``, dropped at the end) with a day of history
+(``seed_history``), flushes the Redis
 database ``REDIS_URL`` names (the bench's own), starts the counting receiver of the tests as its
 own process, and for each queue backend (the database queue, then the Redis queue) a real gunicorn
 (2 workers, the fleet store) and a real ``manage.py dispatch`` with every setting at its default.
@@ -29,6 +30,7 @@ table, then one JSON line.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -53,11 +56,12 @@ import redis  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
+from django.utils import timezone  # noqa: E402
 
 from commands.dispatch.sweep import sweep  # noqa: E402
-from commands.models import Command, Connector, Source  # noqa: E402
+from commands.models import Command, Connector, Delivery, Source  # noqa: E402
 from limits.models import Tenant  # noqa: E402
-from tests.commands.conftest import HOOK_SECRET  # noqa: E402
+from tests.commands.conftest import HOOK_SECRET, github_headers  # noqa: E402
 from tests.commands.sink import ReceiverProcess  # noqa: E402
 from tests.servers import BODY, Node, wait_for  # noqa: E402
 from tests.services import database_url  # noqa: E402
@@ -93,12 +97,19 @@ class Run:
         self.sent = 0
         self.lock = threading.Lock()
 
-    def hook(self) -> tuple[list[int], float]:
-        """One webhook; the ids of its commands and when its 202 was read (``time.time()``)."""
+    def hook(self, conn: http.client.HTTPConnection | None = None) -> tuple[list[int], float]:
+        """One webhook (on ``conn``, kept alive, if given); the ids of its commands and when its
+        202 was read (``time.time()``)."""
         with self.lock:
             self.sent += 1
             delivery = f"{self.backend}-{self.sent}-{random.random()}"
-        status, body, _ = self.node.hook(delivery, BODY)
+        if conn is None:
+            status, body, _ = self.node.hook(delivery, BODY)
+        else:
+            headers = {"Content-Type": "application/json", **github_headers(BODY, delivery)}
+            conn.request("POST", "/hooks/acme/orders/", body=BODY, headers=headers)
+            response = conn.getresponse()
+            status, body = response.status, json.loads(response.read())
         answered = time.time()
         if status != 202:
             raise SystemExit(f"{self.backend}: a webhook got {status}: {body}")
@@ -154,15 +165,21 @@ class Run:
         start = time.monotonic() + 0.2
 
         def send() -> None:
-            while True:
-                with lock:
-                    slot = next(slots, None)
-                if slot is None:
-                    return
-                time.sleep(max(0.0, start + slot / per_s - time.monotonic()))
-                ids, at = self.hook()
-                with lock:
-                    answered.update(dict.fromkeys(ids, at))
+            # A connection kept alive per thread, as a busy provider keeps one: the load costs
+            # this process and gunicorn no connection a webhook.
+            conn = http.client.HTTPConnection("127.0.0.1", self.node.port, timeout=30)
+            try:
+                while True:
+                    with lock:
+                        slot = next(slots, None)
+                    if slot is None:
+                        return
+                    time.sleep(max(0.0, start + slot / per_s - time.monotonic()))
+                    ids, at = self.hook(conn)
+                    with lock:
+                        answered.update(dict.fromkeys(ids, at))
+            finally:
+                conn.close()
 
         workers = [threading.Thread(target=send) for _ in range(threads)]
         for worker in workers:
@@ -177,6 +194,33 @@ class Run:
         self.dispatcher.wait(timeout=60)
         self.dispatch_log.close()
         self.node.stop()
+
+
+def seed_history(tenant: Tenant, source: Source, connector: Connector, n: int) -> None:
+    """Deliveries and their commands, sent long ago, then ``ANALYZE``: the run measures a site that
+    has been in use. On tables a minute old, PostgreSQL plans a lookup by key as a scan of the
+    whole table (cheaper while the table is a page), and long-lived connections keep those plans
+    until autovacuum analyzes the table (about a minute): the run would measure that minute."""
+    long_ago = timezone.now() - timedelta(days=1)
+    deliveries = Delivery.objects.bulk_create(
+        [
+            Delivery(
+                tenant=tenant, source=source, event_key=f"past-{i}", body="{}", size=2, received_at=long_ago
+            )
+            for i in range(n)
+        ],
+        batch_size=2000,
+    )
+    Command.objects.bulk_create(
+        [
+            Command(tenant=tenant, connector=connector, source=source, delivery=delivery, payload={},
+                    state="succeeded", attempts=1)
+            for delivery in deliveries
+        ],
+        batch_size=2000,
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
 
 
 def celery_hops(env: dict, n: int, log_dir: Path) -> list[float]:
@@ -221,6 +265,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     idle_n, burst_n, load_s, hops_n = (8, 300, 2.0, 8) if args.quick else (40, 3000, 15.0, 40)
+    history_n = 1000 if args.quick else 20000
 
     db = settings.DATABASES["default"]
     if not db["ENGINE"].endswith("postgresql"):
@@ -254,8 +299,7 @@ def main() -> None:
             dedupe_body=False,  # one body under many delivery ids
         )
         source.connectors.set([connector])
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
+        seed_history(tenant, source, connector, history_n)
         hop_p50 = statistics.median(celery_hops(env, hops_n, log_dir))
         for backend in args.queues.split(","):
             run = Run(backend, env, sink, log_dir)
