@@ -15,7 +15,10 @@ Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. P
 * ``dispatch_per_s`` — commands queued at once (a sweep of approved commands) ÷ the time until
   every one was sent and recorded ``succeeded``: the dispatch throughput of this run;
 * ``e2e_p50_ms_half_load`` / ``e2e_p99_ms_half_load`` — the same latency with webhooks sent
-  open-loop at half that throughput (``offered_per_s``; ``achieved_per_s`` is what intake took);
+  open-loop at half that throughput (``offered_per_s``; ``achieved_per_s`` is what intake took),
+  each sender thread on a connection kept alive; ``machine_busy_half_load`` — the share of the
+  machine's CPU (every core) busy meanwhile: near 1, intake, dispatch, the receiver and this
+  load generator together are what the machine can carry;
 * ``celery_hop_p50_ms`` — the anchor, measured once in the same run: ``apply_async`` of an empty
   task → the task starts, a Celery worker (``--pool solo``, the site's settings:
   ``bench/celery_hop.py``) on the same Redis, one task at a time with pauses between;
@@ -74,6 +77,14 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
+def machine_busy() -> tuple[float, float]:
+    """The machine's busy and total CPU ticks so far, every core (``/proc/stat``: all but idle and
+    iowait)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(n) for n in stat.readline().split()[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
 def ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
@@ -118,9 +129,10 @@ class Run:
     def latencies(self, answered: dict[int, float], timeout: float = 60) -> list[float]:
         """Seconds from each command's 202 to the receiver's first sight of it."""
         keys = {str(pk) for pk in answered}
+        since = min(answered.values(), default=0.0) - 5  # a send may arrive before its 202 is read
 
         def arrived() -> dict | None:
-            found = self.sink.stats("times")
+            found = self.sink.stats("times", after=since)
             return found if keys <= found.keys() else None
 
         times = wait_for(arrived, timeout=timeout, what=f"{len(keys)} commands at the receiver")
@@ -308,7 +320,9 @@ def main() -> None:
                 idle = run.idle(idle_n)
                 per_s = run.throughput(connector, burst_n)
                 offered = args.rate or per_s / 2
+                busy_before = machine_busy()
                 loaded, achieved = run.load(offered, load_s)
+                busy_after = machine_busy()
             finally:
                 run.stop()
             result = {
@@ -321,6 +335,9 @@ def main() -> None:
                 "dispatch_per_s": round(per_s, 1),
                 "offered_per_s": round(offered, 1),
                 "achieved_per_s": round(achieved, 1),
+                "machine_busy_half_load": round(
+                    (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1]), 2
+                ),
                 "idle_n": len(idle),
                 "half_load_n": len(loaded),
             }

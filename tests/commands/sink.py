@@ -4,7 +4,7 @@
 server as its own process (the benchmark does, so the receiver does not share the dispatcher's
 GIL) and prints ``port N`` once it listens. Either way ``GET /_stats`` answers
 ``{"received": n, "keys": {"<Idempotency-Key>": count}}``, and ``GET /_times`` when each key first
-arrived (``{"<Idempotency-Key>": unix time}``, for the latency benchmark).
+arrived (``{"<Idempotency-Key>": unix time}``, for the latency benchmark; ``?after=T``: since T).
 
 How it answers is a function ``respond(request, nth) -> (status, headers)`` or ``(status, headers,
 body)`` where ``nth`` is how many times this Idempotency-Key has been received, this request
@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 
 class ReceiverProcess:
@@ -40,9 +41,9 @@ class ReceiverProcess:
         self.port = int(self.process.stdout.readline().split()[1])
         self.url = f"http://127.0.0.1:{self.port}/receive"
 
-    def stats(self, what: str = "stats") -> dict:
-        """``GET /_stats`` (or ``/_times`` with ``what="times"``)."""
-        url = f"http://127.0.0.1:{self.port}/_{what}"
+    def stats(self, what: str = "stats", after: float = 0.0) -> dict:
+        """``GET /_stats`` (or ``/_times`` with ``what="times"``: the keys first seen since ``after``)."""
+        url = f"http://127.0.0.1:{self.port}/_{what}" + (f"?after={after}" if what == "times" else "")
         with urllib.request.urlopen(url, timeout=self.timeout) as response:
             return json.load(response)
 
@@ -175,12 +176,17 @@ class Sink:
                 self.wfile.write(body)
 
             def do_GET(self):
-                if self.path == "/_stats":
+                path = urlsplit(self.path).path
+                if path == "/_stats":
                     self._answer(200, {"Content-Type": "application/json"}, sink._stats())
-                elif self.path == "/_times":
+                elif path == "/_times":
+                    # ?after=T: the keys first seen since T only. The whole map, thousands of keys
+                    # late in a benchmark, took milliseconds to write, and the sends arriving
+                    # meanwhile waited for the lock to be noted.
+                    after = float(parse_qs(urlsplit(self.path).query).get("after", ["0"])[0])
                     with sink._lock:
-                        times = json.dumps(sink.first_at).encode()
-                    self._answer(200, {"Content-Type": "application/json"}, times)
+                        times = {key: at for key, at in sink.first_at.items() if at >= after}
+                    self._answer(200, {"Content-Type": "application/json"}, json.dumps(times).encode())
                 else:
                     self._answer(404, {})
 
