@@ -11,6 +11,8 @@ Measures, in one run and against baselines measured in the same run:
 * Redis single-item claim+done cycles against raw ``PING`` round trips;
 * PostgreSQL (when ``DATABASE_URL`` names it) time of a batch-100 claim with 1,000,000 items
   queued (100,000 with ``--quick``) against the time with 1,000;
+* PostgreSQL enqueue commits/s from 8 threads while no consumer sleeps (no ``NOTIFY``) against
+  while one sleeps (every commit notifies: the wake gate of ``queues.0004``);
 * exactly-once: 4 processes x 4 threads drain 20,000 items on Redis and on the database.
 
 Prints a table and ends with one JSON line. Redis: only keys under this run's own unique names
@@ -27,6 +29,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -38,6 +41,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ankusa_site.settings")
 os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
 
 import django  # noqa: E402
+import psycopg  # noqa: E402
 
 django.setup()
 
@@ -261,6 +265,48 @@ def bench_postgres(quick: bool) -> dict | None:
     return {"queued_small": 1_000, "queued_large": big, "claim_small_s": small_s, "claim_large_s": large_s}
 
 
+def enqueue_commits(seconds: float, threads: int = 8) -> float:
+    """Single-item enqueues, each its own commit, from ``threads`` threads for ``seconds``: per s."""
+    queue = DatabaseFIFO(f"{TAG}-wake")
+    counts = [0] * threads
+    deadline = time.monotonic() + seconds
+
+    def run(slot: int) -> None:
+        try:
+            while time.monotonic() < deadline:
+                queue.enqueue({"n": slot})
+                counts[slot] += 1
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=run, args=(slot,)) for slot in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / seconds
+
+
+def bench_wake_gate(quick: bool) -> dict | None:
+    """PostgreSQL: enqueue commits/s while a consumer sleeps (each commit sends ``NOTIFY``, whose
+    lock makes the commits take turns) against while none does (migration ``queues.0004``: no
+    ``NOTIFY``), in alternating rounds; the best round of each."""
+    if connection.vendor != "postgresql":
+        return None
+    sleeper = psycopg.connect(database_url(connection.settings_dict), autocommit=True)
+    rounds, seconds = (2, 1.0) if quick else (4, 3.0)
+    rates: dict[str, list[float]] = {"sleeping": [], "nobody": []}
+    try:
+        for _ in range(rounds):
+            sleeper.execute("SELECT queues_wake_sleep(%s)", [f"{TAG}-other"])  # another queue: no look hit
+            rates["sleeping"].append(enqueue_commits(seconds))
+            sleeper.execute("SELECT queues_wake_rise()")
+            rates["nobody"].append(enqueue_commits(seconds))
+    finally:
+        sleeper.close()
+    return {label: max(found) for label, found in rates.items()}
+
+
 def exactly_once(backend: str, items: int = 20_000) -> bool:
     name = f"{TAG}-once-{backend}"
     queue = RedisFIFO(name) if backend == "redis" else DatabaseFIFO(name)
@@ -301,6 +347,7 @@ def main() -> None:
     try:
         redis_figures = bench_redis(client, args.quick) if args.only in (None, "redis") else None
         pg = bench_postgres(args.quick) if args.only in (None, "postgres") else None
+        gate = bench_wake_gate(args.quick) if args.only in (None, "postgres") else None
         once = {}
         if args.only in (None, "once"):
             once = {"redis": exactly_once("redis"), connection.vendor: exactly_once("database")}
@@ -308,10 +355,10 @@ def main() -> None:
         cleanup_redis(client)
         connection.creation.destroy_test_db(real_name, verbosity=0)
 
-    report(redis_figures, pg, once, quick=args.quick)
+    report(redis_figures, pg, gate, once, quick=args.quick)
 
 
-def report(r: dict | None, pg: dict | None, once: dict[str, bool], *, quick: bool) -> None:
+def report(r: dict | None, pg: dict | None, gate: dict | None, once: dict[str, bool], *, quick: bool) -> None:
     def ratio(a: str, b: str) -> float | None:
         return None if r is None else round(r[a] / r[b], 3)
 
@@ -333,6 +380,11 @@ def report(r: dict | None, pg: dict | None, once: dict[str, bool], *, quick: boo
         label = f"PostgreSQL claim(100), {pg['queued_large']:,} vs 1,000 queued (ms)"
         large, small = pg["claim_large_s"] * 1000, pg["claim_small_s"] * 1000
         print(f"{label:<52} {large:>12.2f} {small:>12.2f} {large / small:>7.2f}")
+    if gate:
+        label = "PostgreSQL enqueue commits/s, nobody vs one sleeping"
+        print(
+            f"{label:<52} {gate['nobody']:>12,.0f} {gate['sleeping']:>12,.0f} {gate['nobody'] / gate['sleeping']:>7.2f}"
+        )
     for backend, ok in once.items():
         print(f"exactly once, 4 processes x 4 threads, 20,000 items, {backend}: {ok}")
 
@@ -344,6 +396,9 @@ def report(r: dict | None, pg: dict | None, once: dict[str, bool], *, quick: boo
         "redis_single_two_calls_vs_ping": ratio("single_two_scripts", "ping"),
         "pg_claim_1m_vs_1k": None if pg is None else round(pg["claim_large_s"] / pg["claim_small_s"], 3),
         "pg_queued_large": None if pg is None else pg["queued_large"],
+        "pg_enqueue_nobody_sleeps_vs_one_sleeping": None
+        if gate is None
+        else round(gate["nobody"] / gate["sleeping"], 3),
         "exactly_once": all(once.values()) if once else None,
         "quick": quick,
     }

@@ -9,12 +9,12 @@ consumer keeps polling as the safety net: a lost wake costs at most the poll int
   ``NOTIFY ankusa_queues, '<queue name>'`` from the transaction that puts a row in main, whatever
   wrote it (intake's one statement, the ORM, a requeue), so it is delivered on commit and never for
   a rollback — but only while a consumer sleeps: a ``NOTIFY`` makes commits take turns, database
-  wide. A consumer about to wait says so (:func:`sleep`, on its own connection: shared advisory
-  locks that a committing trigger cannot take beside them), then looks at the queue, which waits
-  for the commits that skipped their notification; it lets go (:func:`rise`) once woken or when it
-  claims. ``wake()`` always notifies, in the caller's transaction. A process waits on ONE
-  dedicated connection (:class:`Listener`, a thread reading its notifications), however many
-  queues and threads wait on it.
+  wide. A consumer about to wait says so (:class:`Gate`: shared advisory locks, which a committing
+  trigger cannot take beside them), then looks at the queue, which waits for the commits that
+  skipped their notification; it is awake again once woken or when it claims. ``wake()`` always
+  notifies, in the caller's transaction. A process waits on ONE dedicated connection
+  (:class:`Listener`, a thread reading its notifications), however many queues and threads wait on
+  it, and holds the gate on one more.
 * **Redis**: an enqueue (and a requeue) pushes a token to the queue's wake list in the same round
   trip; a waiter pops it with ``BLPOP`` and a timeout. The list holds one token at most, so a
   busy producer costs no memory; each push wakes one waiter.
@@ -32,8 +32,9 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from typing import Any
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 logger = logging.getLogger("ankusa.queues")
 
@@ -43,6 +44,111 @@ RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
 # How long the listener's thread blocks on its socket before it looks at its stop flag.
 READ_SLICE_S = 1.0
+
+
+def connect(alias: str, name: str):
+    """A psycopg connection of its own (autocommit) to the database ``alias``, named ``name``."""
+    import psycopg
+
+    params = connections[alias].get_connection_params()
+    for private in ("cursor_factory", "context", "prepare_threshold"):  # Django's, not libpq's
+        params.pop(private, None)
+    return psycopg.connect(**params, autocommit=True, application_name=name)
+
+
+class Gate:
+    """This process's say that its consumers sleep, for the database ``alias``: while one does, the
+    gate's connection (``ankusa-wake-gate``) holds every stripe of the wake lock shared
+    (``queues_wake_sleep``), so commits that queue notify. A thread's consumer sleeps from
+    :meth:`sleep` until :meth:`rise`; the stripes are let go, by a thread of the gate's, once no
+    consumer of the process sleeps, so rising costs the caller no round trip."""
+
+    def __init__(self, alias: str):
+        self.alias = alias
+        self.use = threading.Lock()  # the connection, and ``held`` with it
+        self.lock = threading.Lock()  # ``sleepers``
+        self.changed = threading.Condition(self.lock)
+        self.sleepers: set[int] = set()
+        self.conn: Any = None  # psycopg's, imported where used
+        self.held = False
+        self.riser: threading.Thread | None = None
+        self.asked = False  # a rise asked of the riser
+
+    def asleep(self) -> bool:
+        """Whether the calling thread's consumer sleeps, behind a held gate."""
+        return self.held and threading.get_ident() in self.sleepers
+
+    def sleep(self, queue: str) -> bool:
+        """The calling thread's consumer sleeps from now on (commits that queue notify), then looks
+        at ``queue``: True when work is there already (it is awake again: the caller claims).
+        False when it sleeps, and when the gate could not be held (a commit that queued holds its
+        stripe past the lock timeout, the database does not answer): its poll covers that."""
+        me = threading.get_ident()
+        with self.lock:
+            self.sleepers.add(me)
+        found = None
+        with self.use:
+            if self.held:  # another thread's consumer holds it: this one's own look
+                sql = "SELECT EXISTS (SELECT 1 FROM queues_queueitem WHERE queue = %s AND state = 'main')"
+            else:
+                sql = "SELECT queues_wake_sleep(%s)"  # NULL: not held (a stripe stayed taken)
+            try:
+                if self.conn is None:
+                    self.conn = connect(self.alias, "ankusa-wake-gate")
+                (found,) = self.conn.execute(sql, [queue]).fetchone()
+                self.held = self.held or found is not None
+            except Exception as exc:  # noqa: BLE001 - the poll is the safety net
+                logger.debug("wake gate: cannot hold it (%s); polling", exc)
+                self._lost()
+        if not found:
+            if found is None:
+                self.rise()
+            return False
+        self.rise()
+        return True
+
+    def rise(self) -> None:
+        """The calling thread's consumer is awake (it claims): the stripes go once none sleeps."""
+        with self.lock:
+            self.sleepers.discard(threading.get_ident())
+            if self.sleepers or not self.held:
+                return
+            if self.riser is None:
+                self.riser = threading.Thread(target=self._rise_when_asked, name="wake-gate", daemon=True)
+                self.riser.start()
+            self.asked = True
+            self.changed.notify()
+
+    def _rise_when_asked(self) -> None:
+        while True:
+            with self.lock:
+                while not self.asked:
+                    self.changed.wait()
+                self.asked = False
+            with self.use:
+                with self.lock:
+                    if self.sleepers or not self.held:
+                        continue  # one went to sleep meanwhile
+                try:
+                    self.conn.execute("SELECT queues_wake_rise()")  # held: it is connected
+                    self.held = False
+                except Exception as exc:  # noqa: BLE001 - its session's locks go with it
+                    logger.debug("wake gate: cannot let go (%s); closing", exc)
+                    self._lost()
+
+    def _lost(self) -> None:
+        """Called holding ``use``: the connection failed; with its session went the stripes."""
+        self.held = False
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+        self.conn = None
+
+    def close(self) -> None:
+        with self.use:
+            self._lost()
 
 
 class Listener:
@@ -59,6 +165,7 @@ class Listener:
         self.conn = None
         self.failures = 0
         self.connected_once = False  # a first connection missed nothing: nobody listened before
+        self.gate = Gate(alias)
         self.thread = threading.Thread(target=self._run, name=f"wake-{alias}", daemon=True)
         self.thread.start()
 
@@ -74,12 +181,7 @@ class Listener:
         return woken
 
     def _connect(self):
-        import psycopg
-
-        params = connections[self.alias].get_connection_params()
-        for private in ("cursor_factory", "context", "prepare_threshold"):  # Django's, not libpq's
-            params.pop(private, None)
-        conn = psycopg.connect(**params, autocommit=True, application_name="ankusa-wake")
+        conn = connect(self.alias, "ankusa-wake")
         conn.execute(f"LISTEN {CHANNEL}")
         return conn
 
@@ -121,9 +223,10 @@ class Listener:
                     pass
 
     def close(self) -> None:
-        """Stop the thread and close the connection (within a read slice)."""
+        """Stop the thread and close the connections (within a read slice)."""
         self.stopping.set()
         self.thread.join(READ_SLICE_S * 5)
+        self.gate.close()
 
 
 _listeners: dict[tuple[int, str], Listener] = {}
@@ -157,49 +260,6 @@ def close_listeners() -> None:
         _listeners.clear()
     for one in found:
         one.close()
-
-
-# The connection a thread's consumer sleeps on, kept on Django's wrapper of it: a new connection
-# (after a restart, or one Django closed) holds no lock, so it is not gated.
-GATE_ATTRIBUTE = "ankusa_wake_gate"
-
-
-def gated(connection) -> bool:
-    """Whether this thread's ``connection`` (Django's) holds the wake gate: its consumer sleeps."""
-    held = getattr(connection, GATE_ATTRIBUTE, None)
-    return held is not None and held is connection.connection
-
-
-def sleep(connection, queue: str) -> bool:
-    """Say that the consumer on ``connection`` sleeps (commits that queue notify from now on), then
-    look at ``queue``: True when work is there already (the gate is let go: the caller claims).
-    False when it sleeps, or when it could not say so (a transaction that queued is still open,
-    the database does not answer): its poll covers that."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT queues_wake_sleep(%s)", [queue])
-            (found,) = cursor.fetchone()
-    except DatabaseError as exc:
-        logger.debug("wake gate: cannot sleep (%s); polling", exc)
-        return False
-    if found is None:
-        return False
-    setattr(connection, GATE_ATTRIBUTE, connection.connection)
-    if found:
-        rise(connection)
-    return bool(found)
-
-
-def rise(connection) -> None:
-    """Let go of the gate the consumer on ``connection`` holds, if it does: it is about to claim."""
-    if not gated(connection):
-        return
-    setattr(connection, GATE_ATTRIBUTE, None)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT queues_wake_rise()")
-    except DatabaseError:
-        connection.close()  # its session's locks go with it
 
 
 def wait_until(wait_for_work, stop: threading.Event, seconds: float, *, slice_s: float = 0.25) -> bool:

@@ -263,21 +263,21 @@ class DatabaseFIFO(ReliableFIFO):
         if timeout <= 0 and not wake.listening(self.using):
             return False  # a look: no listener (and connection) started for it
         listener = wake.listener(self.using)
-        # About to sleep: say so, then look (commits notify only while a consumer sleeps). Not
-        # inside a transaction, whose look would see its own uncommitted rows.
-        ready = listener.connected.is_set() and not connection.in_atomic_block
-        if ready and not wake.gated(connection) and wake.sleep(connection, self.name):
+        gate = listener.gate
+        # About to sleep: say so, then look (commits notify only while a consumer sleeps).
+        if listener.connected.is_set() and not gate.asleep() and gate.sleep(self.name):
             return True
         woken = listener.wait(self.name, timeout)
         if woken:
-            wake.rise(connection)
+            gate.rise()
         return woken
 
     # --- consumers ----------------------------------------------------------------------------------
 
     def _claim(self, n: int, now: datetime) -> list[Item]:
         connection = connections[self.using]
-        wake.rise(connection)  # a consumer that claims is awake: commits need not notify it
+        if wake.listening(self.using):
+            wake.listener(self.using).gate.rise()  # a consumer that claims is awake: not notified
         if stock("sql"):
             return database_stock.claim(self, n, now)
         if connection.vendor == "postgresql":

@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from queues import wake
 from queues.backends.database import DatabaseFIFO
 from queues.backends.redis import RedisFIFO
+from tests.servers import wait_for
 from tests.services import database_url
 
 # A wake must come far inside the dispatch poll (1 s); generous for a loaded machine.
@@ -208,14 +209,14 @@ def notified(conn: psycopg.Connection, seconds: float = 0.3) -> list[str]:
 @pytest.fixture
 def nobody_sleeps(listening, transactional_db):
     """No session of this test database holds the wake gate (an earlier test's thread may have)."""
+    listening.gate.close()
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND pid <> pg_backend_pid()",
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             [GATE],
         )
-    wake.rise(connection)
+    return listening.gate
 
 
 def test_a_commit_that_queues_sends_no_notification_while_no_consumer_sleeps(nobody_sleeps):
@@ -238,7 +239,7 @@ def test_a_consumer_about_to_sleep_finds_work_that_was_queued_without_a_notifica
     started = time.monotonic()
     assert queue.wait_for_work(5) is True  # its look before it sleeps finds the item
     assert time.monotonic() - started < WAKE_BOUND_S
-    assert not wake.gated(connection)  # it found work: it let go at once
+    assert not nobody_sleeps.asleep()  # it found work: it is awake
     assert [item.payload for item in queue.claim(1)] == [{"n": 1}]
 
 
@@ -246,14 +247,15 @@ def test_a_consumer_holds_the_gate_while_it_sleeps_and_lets_go_when_it_claims(no
     watcher = raw_listener()
     queue = DatabaseFIFO("jobs")
     assert queue.wait_for_work(0.05) is False
-    assert wake.gated(connection)  # between two slices of its wait it still sleeps
+    assert nobody_sleeps.asleep()  # between two slices of its wait it still sleeps
     thread = threading.Thread(target=lambda: (queue.enqueue({"n": 1}), connection.close()))
     thread.start()
     thread.join()
     assert notified(watcher) == ["jobs"]
     assert queue.wait_for_work(1) is True
     queue.claim(1)
-    assert not wake.gated(connection)
+    assert not nobody_sleeps.asleep()
+    assert wait_for(lambda: not nobody_sleeps.held, timeout=5)  # the gate's thread let go
     queue.enqueue({"n": 2})  # it claims again before it sleeps: nobody is told
     assert notified(watcher) == []
 
@@ -266,10 +268,11 @@ def test_a_commit_that_holds_its_stripe_does_not_keep_a_consumer_from_its_poll(n
         started = time.monotonic()
         assert queue.wait_for_work(0.2) is False  # not gated, it waited its slice like a poll
         assert time.monotonic() - started < 1.0
-        assert not wake.gated(connection)
+        assert not nobody_sleeps.asleep()
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+                " WHERE l.locktype = 'advisory' AND a.application_name = 'ankusa-wake-gate'"
             )
             assert cursor.fetchone()[0] == 0  # the stripes it took before the timeout were let go
     queue.enqueue({"n": 1})
