@@ -38,8 +38,9 @@ DEFERRABLE INITIALLY DEFERRED
 FOR EACH ROW WHEN (NEW.state = 'main')
 EXECUTE FUNCTION queues_queueitem_wake()
 """
-# NULL when a stripe stays held past lock_timeout (a transaction that queued is still open): the
-# stripes it took are let go, and the caller is not gated (it polls meanwhile). Each statement of a
+# NULL when a stripe stays held past lock_timeout (a commit that queued is slow, or one whose
+# constraints were set IMMEDIATE holds it until it ends): the stripes it took are let go, and the
+# caller is not gated (it polls meanwhile). Each statement of a
 # volatile function reads with a snapshot of its own, so the look sees what committed before it
 # got the last stripe.
 SLEEP = f"""
