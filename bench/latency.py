@@ -5,8 +5,9 @@
 
 It makes a throw-away PostgreSQL database (``lat_<db>``, dropped at the end) with a day of history
 (``seed_history``), flushes the Redis database ``REDIS_URL`` names (the bench's own), starts the
-counting receiver of the tests as its own process, and for each queue backend (the database queue, then the Redis queue) a real gunicorn
-(2 workers, the fleet store) and a real ``manage.py dispatch`` with every setting at its default.
+counting receiver of the tests as its own process, and for each queue backend (the database queue,
+then the Redis queue) a real gunicorn (2 workers, the fleet store) and a real ``manage.py
+dispatch`` with every setting at its default.
 Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. Per queue:
 
 * ``e2e_p50_ms_idle`` / ``e2e_p99_ms_idle`` — from the webhook's 202 (as the client reads it) to
