@@ -16,6 +16,8 @@ waits for the commits that skipped their notification) and then looks at the que
 with ``queues_wake_rise()`` once it wakes (``queues.wake``). Nothing on other databases.
 """
 
+from importlib import import_module
+
 from django.db import migrations
 
 GATE = 1634626421  # the advisory lock's first key: 'anku' in ASCII; the second is the stripe
@@ -69,21 +71,6 @@ CREATE OR REPLACE FUNCTION queues_wake_rise() RETURNS void LANGUAGE sql AS $$
     SELECT pg_advisory_unlock_shared({GATE}, stripe) FROM generate_series(0, {STRIPES - 1}) AS stripe
 $$
 """
-# Migration 0003's: every row that enters main notifies, as the row is written.
-OLD_FUNCTION = """
-CREATE OR REPLACE FUNCTION queues_queueitem_wake() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('ankusa_queues', NEW.queue);
-    RETURN NULL;
-END
-$$
-"""
-OLD_TRIGGER = """
-CREATE TRIGGER queues_queueitem_wake
-AFTER INSERT OR UPDATE OF state ON queues_queueitem
-FOR EACH ROW WHEN (NEW.state = 'main')
-EXECUTE FUNCTION queues_queueitem_wake()
-"""
 
 
 def create(apps, schema_editor):
@@ -100,8 +87,8 @@ def drop(apps, schema_editor):
     schema_editor.execute("DROP TRIGGER IF EXISTS queues_queueitem_wake ON queues_queueitem")
     schema_editor.execute("DROP FUNCTION IF EXISTS queues_wake_sleep(text)")
     schema_editor.execute("DROP FUNCTION IF EXISTS queues_wake_rise()")
-    schema_editor.execute(OLD_FUNCTION)
-    schema_editor.execute(OLD_TRIGGER)
+    # Back to migration 0003's trigger: every row that enters main notifies, as it is written.
+    import_module("queues.migrations.0003_wake_trigger").create(apps, schema_editor)
 
 
 class Migration(migrations.Migration):
