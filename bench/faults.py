@@ -33,6 +33,7 @@ scenario those plus ``delivered_but_unknown``, ``resume_s``, ``recovered_s`` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -149,6 +150,13 @@ class Proc:
                     os.kill(pid, signal.SIGKILL)
                 self.kill()
         self.log.close()
+
+
+def signal_each(pids, signum: int) -> None:
+    """Send ``signum`` to each process of ``pids`` still there."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def sender_ports(pids: list[int], port: int, *, served: bool = False) -> dict[int, set[int]]:
@@ -492,10 +500,15 @@ class Injector:
         proc.kill()
         return ports
 
-    def _sending(self, candidates: list[Proc], timeout: float = 10.0) -> tuple[Proc, str]:
+    def _sending(
+        self, candidates: list[Proc], timeout: float = 10.0, *, stop: bool = False
+    ) -> tuple[Proc, str]:
         """The first of ``candidates`` seen sending: the receiver is holding the answer to a
         request that came over one of its connections. Killed then, it dies mid-drain, with sends
-        in flight and items held, not between two polls."""
+        in flight and items held, not between two polls. With ``stop``, it is returned stopped
+        (SIGSTOP) from the moment it was seen: a send seen on a connection opened since the last
+        read of ``/proc`` (which takes up to 0.1 s, longer than the receiver's answer) stops every
+        candidate while the owner is looked up, so the send is still in flight when it dies."""
         by_pid = {proc.pid: proc for proc in candidates}
         owners: dict[int, int] = {}  # port -> pid; its keep-alive connections outlive a drain
 
@@ -512,15 +525,23 @@ class Injector:
             fresh = [port for at, _, port in records[seen:] if at > time.time() - window]
             seen = len(records)
             for port in fresh:
+                frozen = stop and port not in owners
+                if frozen:
+                    signal_each(by_pid, signal.SIGSTOP)
                 if port not in owners:
                     read_owners()
-                if port in owners:
-                    return by_pid[owners[port]], ""
+                found = owners.get(port)
+                if frozen:
+                    signal_each([pid for pid in by_pid if pid != found], signal.SIGCONT)
+                if found is not None:
+                    if stop:
+                        os.kill(found, signal.SIGSTOP)
+                    return by_pid[found], ""
             time.sleep(0.005)
         return candidates[0], "none was seen sending"
 
     def dispatch_kill(self) -> Fault:
-        loop, note = self._sending(self.site.senders)
+        loop, note = self._sending(self.site.senders, stop=True)
         ports = self._kill(loop)
         self.site.senders.remove(loop)
         loop.log.close()
@@ -562,7 +583,7 @@ class Injector:
         return self._record(note=note)
 
     def celery_worker_kill(self) -> Fault:
-        worker, note = self._sending([proc for proc in self.site.senders if proc.alive()])
+        worker, note = self._sending([proc for proc in self.site.senders if proc.alive()], stop=True)
         ports = self._kill(worker)
         worker.log.close()
         fault = self._record(ports, note)
