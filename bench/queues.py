@@ -13,6 +13,8 @@ Measures, in one run and against baselines measured in the same run:
   queued (100,000 with ``--quick``) against the time with 1,000;
 * PostgreSQL enqueue commits/s from 8 threads while no consumer sleeps (no ``NOTIFY``) against
   while one sleeps (every commit notifies: the wake gate of ``queues.0004``);
+* PostgreSQL drain rate of a sudden 20,000-item backlog by a consumer whose plans were made on an
+  empty queue (``prepare_consumer``: made afresh; and kept, as before) against a new session;
 * exactly-once: 4 processes x 4 threads drain 20,000 items on Redis and on the database.
 
 Prints a table and ends with one JSON line. Redis: only keys under this run's own unique names
@@ -307,6 +309,49 @@ def bench_wake_gate(quick: bool) -> dict | None:
     return {label: max(found) for label, found in rates.items()}
 
 
+def backlog_rate(queue: DatabaseFIFO, items: int, *, warm: bool) -> float:
+    """Items/s draining a backlog of ``items`` (claim and done, 100 at a time) that arrives at once,
+    after (``warm``) a dozen single-item cycles on the empty queue have made its statements'
+    plans."""
+    if warm:
+        for n in range(12):
+            queue.enqueue({"n": n})
+            queue.done(*queue.claim(1))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO queues_queueitem (queue, state, position, payload, enqueued_at, claims, "
+            "requeue_count, fail_count, last_error) SELECT %s, 'main', g, jsonb_build_object('n', g), "
+            "now(), 0, 0, 0, '' FROM generate_series(1, %s) AS g",
+            [queue.name, items],
+        )
+    started, drained = time.perf_counter(), 0
+    while found := queue.claim(100):
+        drained += queue.done(*found)
+    return drained / (time.perf_counter() - started)
+
+
+def bench_backlog(quick: bool) -> dict | None:
+    """PostgreSQL: a sudden backlog drained by a consumer whose statements' plans were made on an
+    empty queue — kept (as before ``prepare_consumer``) and made afresh (``prepare_consumer``) —
+    and by a new session, which plans for the table as it is. Last of the PostgreSQL parts: from
+    ``prepare_consumer`` on, this process plans afresh."""
+    if connection.vendor != "postgresql":
+        return None
+    items = 5_000 if quick else 20_000
+    with connection.cursor() as cursor:
+        # Empty, as a quiet site's is (the parts before left rows in this throw-away database).
+        cursor.execute("TRUNCATE queues_queueitem")
+        cursor.execute("ANALYZE queues_queueitem")
+    rates = {"kept": backlog_rate(DatabaseFIFO(f"{TAG}-kept"), items, warm=True)}
+    connection.close()
+    rates["new_session"] = backlog_rate(DatabaseFIFO(f"{TAG}-new"), items, warm=False)
+    connection.close()
+    consumer = DatabaseFIFO(f"{TAG}-afresh")
+    consumer.prepare_consumer()
+    rates["afresh"] = backlog_rate(consumer, items, warm=True)
+    return {"items": items, **rates}
+
+
 def exactly_once(backend: str, items: int = 20_000) -> bool:
     name = f"{TAG}-once-{backend}"
     queue = RedisFIFO(name) if backend == "redis" else DatabaseFIFO(name)
@@ -348,6 +393,7 @@ def main() -> None:
         redis_figures = bench_redis(client, args.quick) if args.only in (None, "redis") else None
         pg = bench_postgres(args.quick) if args.only in (None, "postgres") else None
         gate = bench_wake_gate(args.quick) if args.only in (None, "postgres") else None
+        backlog = bench_backlog(args.quick) if args.only in (None, "postgres") else None
         once = {}
         if args.only in (None, "once"):
             once = {"redis": exactly_once("redis"), connection.vendor: exactly_once("database")}
@@ -355,10 +401,18 @@ def main() -> None:
         cleanup_redis(client)
         connection.creation.destroy_test_db(real_name, verbosity=0)
 
-    report(redis_figures, pg, gate, once, quick=args.quick)
+    report(redis_figures, pg, gate, backlog, once, quick=args.quick)
 
 
-def report(r: dict | None, pg: dict | None, gate: dict | None, once: dict[str, bool], *, quick: bool) -> None:
+def report(
+    r: dict | None,
+    pg: dict | None,
+    gate: dict | None,
+    backlog: dict | None,
+    once: dict[str, bool],
+    *,
+    quick: bool,
+) -> None:
     def ratio(a: str, b: str) -> float | None:
         return None if r is None else round(r[a] / r[b], 3)
 
@@ -385,6 +439,11 @@ def report(r: dict | None, pg: dict | None, gate: dict | None, once: dict[str, b
         print(
             f"{label:<52} {gate['nobody']:>12,.0f} {gate['sleeping']:>12,.0f} {gate['nobody'] / gate['sleeping']:>7.2f}"
         )
+    if backlog:
+        for key, label in (("afresh", "plans made afresh"), ("kept", "plans kept (before)")):
+            text = f"PostgreSQL {backlog['items']:,} backlog, {label} vs new session"
+            print(f"{text:<52} {backlog[key]:>12,.0f} {backlog['new_session']:>12,.0f} "
+                  f"{backlog[key] / backlog['new_session']:>7.2f}")  # fmt: skip
     for backend, ok in once.items():
         print(f"exactly once, 4 processes x 4 threads, 20,000 items, {backend}: {ok}")
 
@@ -399,6 +458,12 @@ def report(r: dict | None, pg: dict | None, gate: dict | None, once: dict[str, b
         "pg_enqueue_nobody_sleeps_vs_one_sleeping": None
         if gate is None
         else round(gate["nobody"] / gate["sleeping"], 3),
+        "pg_backlog_consumer_vs_new_session": None
+        if backlog is None
+        else round(backlog["afresh"] / backlog["new_session"], 3),
+        "pg_backlog_kept_plans_vs_new_session": None
+        if backlog is None
+        else round(backlog["kept"] / backlog["new_session"], 3),
         "exactly_once": all(once.values()) if once else None,
         "quick": quick,
     }

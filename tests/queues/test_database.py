@@ -151,3 +151,33 @@ def test_under_stock_sql_the_queue_runs_the_orms_statements_not_its_own(settings
     hand_written = ("jsonb_array_elements", "ctid", "unnest(", "RETURNING id, position")
     assert not [q["sql"] for q in captured.captured_queries if any(mark in q["sql"] for mark in hand_written)]
     assert [item.payload for item in queue.claim(5)] == [None]
+
+
+def seq_scans_of_the_queue() -> int:
+    """Sequential scans of the queue table begun in this transaction (a rescan counts again)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_xact_numscans('queues_queueitem'::regclass)")
+        return cursor.fetchone()[0]
+
+
+def test_a_consumer_whose_plans_were_made_on_an_empty_queue_drains_a_backlog_by_key(postgres):
+    """PostgreSQL keeps a prepared statement's plan made while the table was a page (a scan of the
+    whole table, cheaper then) for every later row: a sudden backlog then costs a scan per item. A
+    consuming process plans each statement for the table as it is (``prepare_consumer``)."""
+    queue = DatabaseFIFO("commands")
+    queue.prepare_consumer()
+    for n in range(12):  # past psycopg's and PostgreSQL's thresholds: the statements' plans are kept
+        queue.enqueue({"n": n})
+        queue.done(*queue.claim(1))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO queues_queueitem (queue, state, position, payload, enqueued_at, claims,"
+            " requeue_count, fail_count, last_error) SELECT 'commands', 'main', 100 + g,"
+            " jsonb_build_object('n', g), now(), 0, 0, 0, '' FROM generate_series(1, 5000) AS g"
+        )
+    before = seq_scans_of_the_queue()
+    drained = 0
+    while items := queue.claim(100):
+        drained += queue.done(*items)
+    assert drained == 5000
+    assert seq_scans_of_the_queue() - before < 10  # not one (or more) a claim or an item
