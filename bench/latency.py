@@ -6,8 +6,8 @@
 It makes a throw-away PostgreSQL database (``lat_<db>``, dropped at the end) with a day of history
 (``seed_history``), flushes the Redis database ``REDIS_URL`` names (the bench's own), starts the
 counting receiver of the tests as its own process, and for each queue backend (the database queue,
-then the Redis queue) a real gunicorn (2 workers × 4 threads as deployed, the fleet store) and a
-real ``manage.py dispatch`` with every setting at its default.
+then the Redis queue) a real gunicorn (2 workers × 8 threads, the fleet store) and a real
+``manage.py dispatch`` with every setting at its default.
 Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. Per queue:
 
 * ``e2e_p50_ms_idle`` / ``e2e_p99_ms_idle`` — from the webhook's 202 (as the client reads it) to
@@ -96,8 +96,7 @@ class Run:
         self.backend = backend
         self.sink = sink
         self.env = {**env, "ANKUSA_QUEUE_BACKEND": backend}
-        # As deployed (deploy/Procfile, the systemd unit): a worker per core, 4 threads each.
-        self.node = Node(self.env, log_dir / f"gunicorn-{backend}.log", workers=2, threads=4)
+        self.node = Node(self.env, log_dir / f"gunicorn-{backend}.log", workers=2, threads=8)
         self.dispatch_log = open(log_dir / f"dispatch-{backend}.log", "wb")  # its drain lines
         self.dispatcher = subprocess.Popen(
             [sys.executable, "manage.py", "dispatch"],
