@@ -14,7 +14,7 @@ Measures, in one run and against baselines measured in the same run:
 * PostgreSQL enqueue commits/s from 8 threads while no consumer sleeps (no ``NOTIFY``) against
   while one sleeps (every commit notifies: the wake gate of ``queues.0004``);
 * PostgreSQL drain rate of a sudden 20,000-item backlog by a consumer whose plans were made on an
-  empty queue (``prepare_consumer``: made afresh; and kept, as before) against a new session;
+  empty queue against a new session;
 * exactly-once: 4 processes x 4 threads drain 20,000 items on Redis and on the database.
 
 Prints a table and ends with one JSON line. Redis: only keys under this run's own unique names
@@ -332,9 +332,7 @@ def backlog_rate(queue: DatabaseFIFO, items: int, *, warm: bool) -> float:
 
 def bench_backlog(quick: bool) -> dict | None:
     """PostgreSQL: a sudden backlog drained by a consumer whose statements' plans were made on an
-    empty queue — kept (as before ``prepare_consumer``) and made afresh (``prepare_consumer``) —
-    and by a new session, which plans for the table as it is. Last of the PostgreSQL parts: from
-    ``prepare_consumer`` on, this process plans afresh."""
+    empty queue, against by a new session, which plans for the table as it is."""
     if connection.vendor != "postgresql":
         return None
     items = 5_000 if quick else 20_000
@@ -342,13 +340,9 @@ def bench_backlog(quick: bool) -> dict | None:
         # Empty, as a quiet site's is (the parts before left rows in this throw-away database).
         cursor.execute("TRUNCATE queues_queueitem")
         cursor.execute("ANALYZE queues_queueitem")
-    rates = {"kept": backlog_rate(DatabaseFIFO(f"{TAG}-kept"), items, warm=True)}
+    rates = {"consumer": backlog_rate(DatabaseFIFO(f"{TAG}-consumer"), items, warm=True)}
     connection.close()
     rates["new_session"] = backlog_rate(DatabaseFIFO(f"{TAG}-new"), items, warm=False)
-    connection.close()
-    consumer = DatabaseFIFO(f"{TAG}-afresh")
-    consumer.prepare_consumer()
-    rates["afresh"] = backlog_rate(consumer, items, warm=True)
     return {"items": items, **rates}
 
 
@@ -440,10 +434,9 @@ def report(
             f"{label:<52} {gate['nobody']:>12,.0f} {gate['sleeping']:>12,.0f} {gate['nobody'] / gate['sleeping']:>7.2f}"
         )
     if backlog:
-        for key, label in (("afresh", "plans made afresh"), ("kept", "plans kept (before)")):
-            text = f"PostgreSQL {backlog['items']:,} backlog, {label} vs new session"
-            print(f"{text:<52} {backlog[key]:>12,.0f} {backlog['new_session']:>12,.0f} "
-                  f"{backlog[key] / backlog['new_session']:>7.2f}")  # fmt: skip
+        label = f"PostgreSQL {backlog['items']:,} backlog, consumer vs new session"
+        print(f"{label:<52} {backlog['consumer']:>12,.0f} {backlog['new_session']:>12,.0f} "
+              f"{backlog['consumer'] / backlog['new_session']:>7.2f}")  # fmt: skip
     for backend, ok in once.items():
         print(f"exactly once, 4 processes x 4 threads, 20,000 items, {backend}: {ok}")
 
@@ -460,10 +453,7 @@ def report(
         else round(gate["nobody"] / gate["sleeping"], 3),
         "pg_backlog_consumer_vs_new_session": None
         if backlog is None
-        else round(backlog["afresh"] / backlog["new_session"], 3),
-        "pg_backlog_kept_plans_vs_new_session": None
-        if backlog is None
-        else round(backlog["kept"] / backlog["new_session"], 3),
+        else round(backlog["consumer"] / backlog["new_session"], 3),
         "exactly_once": all(once.values()) if once else None,
         "quick": quick,
     }

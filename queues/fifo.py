@@ -210,11 +210,6 @@ class ReliableFIFO(abc.ABC):
         """Move the items still held out of busy: ``fail``, ``requeue`` (to failed past the limit)
         or ``unclaim``, at the head when ``front``; returns how many were held."""
 
-    def prepare_consumer(self) -> None:
-        """Called by a process about to consume this queue (a dispatcher): what the backend needs
-        of such a process. Nothing by default."""
-        return None
-
     # --- waking consumers (queues.wake) -------------------------------------------------------------
 
     def wake(self) -> None:

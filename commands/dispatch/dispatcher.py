@@ -52,7 +52,6 @@ class Dispatcher:
         self.batch = batch or settings.ANKUSA_DISPATCH_BATCH
         self.stop = stop or threading.Event()
         self.queue = queue or commands_queue()
-        self.queue.prepare_consumer()
         self._senders: _Senders | None = None
         self._connectors: dict[int, Connector] = {}
 

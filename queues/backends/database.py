@@ -21,13 +21,13 @@ counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from itertools import chain
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.backends.signals import connection_created
 from django.db.models import F, Max, Min
 
 from ankusa_site.core.prepared import execute_prepared
@@ -153,34 +153,43 @@ ORDER = {"main": ("position", "id"), "busy": ("claimed_at", "id"), "failed": ("f
 
 # A consumer's statements find rows by key in a table whose size swings: nearly empty while the
 # consumers keep up, a backlog of many thousands when they do not. PostgreSQL keeps a prepared
-# statement's plan made while the table was a page, a scan of the whole table (cheaper then), and
-# uses it for every row until autovacuum's next ANALYZE: a backlog drained 26 times more slowly
-# than by a new session (bench/queues.py). So a consuming process plans each statement for the
-# tables as they are. Its own statements are few a batch; what intake runs is not touched.
-CUSTOM_PLANS_SQL = "SET plan_cache_mode = force_custom_plan"
-_plan_afresh = [False]
+# statement's plan made while the table was a page (a scan of the whole table, cheaper then) and
+# uses it for every row until autovacuum's next ANALYZE: a sudden backlog drained 26 times more
+# slowly than by a new session (bench/queues.py). So a claim that comes back full says a backlog
+# is there, and each consumer connection drops its plans (DISCARD PLANS: its statements stay
+# prepared) before its next statement, at most once per REPLAN_EVERY_S. Planning every statement
+# afresh instead (plan_cache_mode) cost the dispatcher's idle path about 0.5 ms (bench/latency.py).
+REPLAN_EVERY_S = 10.0
 
 
-def plan_afresh() -> None:
-    """From now on, every PostgreSQL connection this process opens plans each statement afresh;
-    the calling thread's open ones too."""
-    _plan_afresh[0] = True
-    for connection in connections.all(initialized_only=True):
-        if connection.vendor == "postgresql" and connection.connection is not None:
-            _custom_plans(connection)
+class _Replans:
+    """The process's count of backlogs seen, which each consumer connection's plans must postdate."""
+
+    clock = staticmethod(time.monotonic)  # tests move it
+
+    def __init__(self):
+        self.epoch = 0
+        self.at = float("-inf")
+
+    def saw_backlog(self) -> None:
+        now = self.clock()
+        if now - self.at >= REPLAN_EVERY_S:
+            self.epoch, self.at = self.epoch + 1, now
+
+    def fresh(self, connection) -> None:
+        """Before a consumer statement on ``connection`` (PostgreSQL): drop its plans if they may
+        predate the last backlog seen."""
+        if not self.epoch:
+            return
+        mark = (self, connection.connection, self.epoch)
+        if connection.__dict__.get("_ankusa_plans") == mark:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("DISCARD PLANS")
+        connection._ankusa_plans = (self, connection.connection, self.epoch)
 
 
-def _custom_plans(connection, **_) -> None:
-    if not _plan_afresh[0] or connection.vendor != "postgresql":
-        return
-    if connection.__dict__.get("_ankusa_custom_plans") is connection.connection:
-        return  # this session has it already (a Celery worker makes a dispatcher a task)
-    with connection.cursor() as cursor:
-        cursor.execute(CUSTOM_PLANS_SQL)
-    connection._ankusa_custom_plans = connection.connection
-
-
-connection_created.connect(_custom_plans, dispatch_uid="queues.plan_afresh")
+REPLANS = _Replans()
 
 
 class DatabaseFIFO(ReliableFIFO):
@@ -280,9 +289,6 @@ class DatabaseFIFO(ReliableFIFO):
         stamp = connection.ops.adapt_datetimefield_value(self.clock())
         return _append_sql(rows, payload, order), [self.name, stamp]
 
-    def prepare_consumer(self) -> None:
-        plan_afresh()
-
     # --- waking consumers ---------------------------------------------------------------------------
 
     def wake(self) -> None:
@@ -317,7 +323,10 @@ class DatabaseFIFO(ReliableFIFO):
         if stock("sql"):
             return database_stock.claim(self, n, now)
         if connection.vendor == "postgresql":
+            REPLANS.fresh(connection)
             rows, _ = execute_prepared(connection, CLAIM_SQL_POSTGRESQL, [self.name, n, now])
+            if n > 1 and len(rows) == n:
+                REPLANS.saw_backlog()
             rows.sort(key=lambda row: (row[1], row[0]))
             decode = PAYLOAD.from_db_value
             return [
@@ -356,6 +365,7 @@ class DatabaseFIFO(ReliableFIFO):
             # Each statement stands alone (finishing an item twice is a no-op): no transaction of
             # its own, and inside the caller's it is part of it. The ids go as arrays, so one
             # statement takes any number of them.
+            REPLANS.fresh(connection)
             if claimed:
                 params = [self.name, [pk for pk, _ in claimed], [claims for _, claims in claimed]]
                 held.extend(pk for (pk,) in execute_prepared(connection, DONE_SQL_POSTGRESQL, params)[0])

@@ -8,8 +8,10 @@ import threading
 import pytest
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from queues.backends import database
 from queues.backends.database import CLAIM_SQL_POSTGRESQL, DONE_SQL, ENQUEUE_SQL_POSTGRESQL, DatabaseFIFO
 from queues.models import QueueItem
 
@@ -160,12 +162,21 @@ def seq_scans_of_the_queue() -> int:
         return cursor.fetchone()[0]
 
 
-def test_a_consumer_whose_plans_were_made_on_an_empty_queue_drains_a_backlog_by_key(postgres):
+@pytest.fixture
+def replans(monkeypatch):
+    """The process's record of backlogs seen, fresh, on a clock the test moves."""
+    moments = [1000.0]
+    monkeypatch.setattr(database, "REPLANS", database._Replans())
+    monkeypatch.setattr(database.REPLANS, "clock", lambda: moments[0])
+    return moments
+
+
+def test_a_consumer_whose_plans_were_made_on_an_empty_queue_drains_a_backlog_by_key(postgres, replans):
     """PostgreSQL keeps a prepared statement's plan made while the table was a page (a scan of the
-    whole table, cheaper then) for every later row: a sudden backlog then costs a scan per item. A
-    consuming process plans each statement for the table as it is (``prepare_consumer``)."""
+    whole table, cheaper then) for every later row: a sudden backlog would cost a scan per claim
+    and per item. A full claim says a backlog is there, and the consumer's statements are planned
+    again for the table as it is."""
     queue = DatabaseFIFO("commands")
-    queue.prepare_consumer()
     for n in range(12):  # past psycopg's and PostgreSQL's thresholds: the statements' plans are kept
         queue.enqueue({"n": n})
         queue.done(*queue.claim(1))
@@ -181,3 +192,17 @@ def test_a_consumer_whose_plans_were_made_on_an_empty_queue_drains_a_backlog_by_
         drained += queue.done(*items)
     assert drained == 5000
     assert seq_scans_of_the_queue() - before < 10  # not one (or more) a claim or an item
+
+
+def test_a_consumer_drops_its_plans_at_most_once_in_a_while_however_many_full_claims(postgres, replans):
+    queue = DatabaseFIFO("commands")
+    queue.enqueue(*range(40))
+    with CaptureQueriesContext(connection) as first:
+        for _ in range(4):
+            queue.done(*queue.claim(5))  # full claims, one after another
+    assert sum("DISCARD PLANS" in query["sql"] for query in first.captured_queries) == 1
+    replans[0] += database.REPLAN_EVERY_S
+    with CaptureQueriesContext(connection) as later:
+        queue.done(*queue.claim(5))
+        queue.done(*queue.claim(5))
+    assert sum("DISCARD PLANS" in query["sql"] for query in later.captured_queries) == 1
