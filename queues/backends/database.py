@@ -320,10 +320,14 @@ class DatabaseFIFO(ReliableFIFO):
         connection = connections[self.using]
         if wake.listening(self.using):
             wake.listener(self.using).gate.rise()  # a consumer that claims is awake: not notified
-        if stock("sql"):
-            return database_stock.claim(self, n, now)
         if connection.vendor == "postgresql":
             REPLANS.fresh(connection)
+        if stock("sql"):
+            items = database_stock.claim(self, n, now)
+            if connection.vendor == "postgresql" and n > 1 and len(items) == n:
+                REPLANS.saw_backlog()
+            return items
+        if connection.vendor == "postgresql":
             rows, _ = execute_prepared(connection, CLAIM_SQL_POSTGRESQL, [self.name, n, now])
             if n > 1 and len(rows) == n:
                 REPLANS.saw_backlog()
@@ -359,13 +363,14 @@ class DatabaseFIFO(ReliableFIFO):
         bare = [pk for pk, claims in tokens if claims is None]
         held: list[int] = []
         connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            REPLANS.fresh(connection)
         if stock("sql"):
             held = database_stock.done(self, claimed, bare)
         elif connection.vendor == "postgresql":
             # Each statement stands alone (finishing an item twice is a no-op): no transaction of
             # its own, and inside the caller's it is part of it. The ids go as arrays, so one
             # statement takes any number of them.
-            REPLANS.fresh(connection)
             if claimed:
                 params = [self.name, [pk for pk, _ in claimed], [claims for _, claims in claimed]]
                 held.extend(pk for (pk,) in execute_prepared(connection, DONE_SQL_POSTGRESQL, params)[0])

@@ -171,6 +171,7 @@ def replans(monkeypatch):
     return moments
 
 
+@pytest.mark.fast_path  # the stock ORM's claim and done count scans of their own
 def test_a_consumer_whose_plans_were_made_on_an_empty_queue_drains_a_backlog_by_key(postgres, replans):
     """PostgreSQL keeps a prepared statement's plan made while the table was a page (a scan of the
     whole table, cheaper then) for every later row: a sudden backlog would cost a scan per claim
