@@ -203,6 +203,18 @@ def cleanup_redis(client) -> None:
             client.srem(REGISTRY_KEY, name)
 
 
+def insert_main(queue: DatabaseFIFO, first: int, last: int) -> None:
+    """Items ``first`` to ``last`` straight into ``queue``'s main, in one statement (a backlog)."""
+    with connections[queue.using].cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO queues_queueitem (queue, state, position, payload, enqueued_at, claims, "
+            "requeue_count, fail_count, last_error) SELECT %s, 'main', g, "
+            "jsonb_build_object('n', g, 'body', repeat('x', 64)), now(), 0, 0, 0, '' "
+            "FROM generate_series(%s, %s) AS g",
+            [queue.name, first, last],
+        )
+
+
 class HeldQueue:
     """A database queue held at its size while claims are timed: each timed claim(100) is
     finished and replaced by 100 new items (untimed)."""
@@ -218,14 +230,7 @@ class HeldQueue:
             cursor.execute("CHECKPOINT")
 
     def add(self, count: int) -> None:
-        with connections[self.queue.using].cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO queues_queueitem (queue, state, position, payload, enqueued_at, claims, "
-                "requeue_count, fail_count, last_error) SELECT %s, 'main', g, "
-                "jsonb_build_object('n', g, 'body', repeat('x', 64)), now(), 0, 0, 0, '' "
-                "FROM generate_series(%s, %s) AS g",
-                [self.queue.name, self.last + 1, self.last + count],
-            )
+        insert_main(self.queue, self.last + 1, self.last + count)
         self.last += count
 
     def claim_time(self) -> float:
@@ -317,13 +322,7 @@ def backlog_rate(queue: DatabaseFIFO, items: int, *, warm: bool) -> float:
         for n in range(12):
             queue.enqueue({"n": n})
             queue.done(*queue.claim(1))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO queues_queueitem (queue, state, position, payload, enqueued_at, claims, "
-            "requeue_count, fail_count, last_error) SELECT %s, 'main', g, jsonb_build_object('n', g), "
-            "now(), 0, 0, 0, '' FROM generate_series(1, %s) AS g",
-            [queue.name, items],
-        )
+    insert_main(queue, 1, items)
     started, drained = time.perf_counter(), 0
     while found := queue.claim(100):
         drained += queue.done(*found)

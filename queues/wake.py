@@ -246,11 +246,11 @@ def listener(alias: str) -> Listener:
         return found
 
 
-def listening(alias: str) -> bool:
-    """Whether this process has a listener for ``alias`` already."""
+def listening(alias: str) -> Listener | None:
+    """This process's listener for ``alias`` if it has one already (none is started)."""
     import os
 
-    return (os.getpid(), alias) in _listeners
+    return _listeners.get((os.getpid(), alias))
 
 
 def close_listeners() -> None:

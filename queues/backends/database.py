@@ -186,7 +186,7 @@ class _Replans:
             return
         with connection.cursor() as cursor:
             cursor.execute("DISCARD PLANS")
-        connection._ankusa_plans = (self, connection.connection, self.epoch)
+        connection._ankusa_plans = mark
 
 
 REPLANS = _Replans()
@@ -302,7 +302,7 @@ class DatabaseFIFO(ReliableFIFO):
         connection = connections[self.using]
         if connection.vendor != "postgresql":
             return super().wait_for_work(timeout)
-        if timeout <= 0 and not wake.listening(self.using):
+        if timeout <= 0 and wake.listening(self.using) is None:
             return False  # a look: no listener (and connection) started for it
         listener = wake.listener(self.using)
         gate = listener.gate
@@ -318,8 +318,8 @@ class DatabaseFIFO(ReliableFIFO):
 
     def _claim(self, n: int, now: datetime) -> list[Item]:
         connection = connections[self.using]
-        if wake.listening(self.using):
-            wake.listener(self.using).gate.rise()  # a consumer that claims is awake: not notified
+        if (listener := wake.listening(self.using)) is not None:
+            listener.gate.rise()  # a consumer that claims is awake: commits need not notify it
         if connection.vendor == "postgresql":
             REPLANS.fresh(connection)
         if stock("sql"):
