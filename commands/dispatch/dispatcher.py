@@ -21,7 +21,6 @@ from commands.dispatch.sends import Unstarted, _Entry
 from commands.dispatch.statements import load_for_sending
 from commands.dispatch.timing import CLAIM_POOLS, FEED_POLL_S, HELD_POOLS, POLL_S, RECORD_PATIENCE_S
 from commands.lifecycle import commands_queue
-from commands.models import Connector
 from queues.fifo import Item, ReliableFIFO
 
 
@@ -53,7 +52,6 @@ class Dispatcher:
         self.stop = stop or threading.Event()
         self.queue = queue or commands_queue()
         self._senders: _Senders | None = None
-        self._connectors: dict[int, Connector] = {}
 
     def close(self) -> None:
         """Finish the sends in flight and write their outcomes (or spool them: see ``_Recorder``).
@@ -89,9 +87,10 @@ class Dispatcher:
                 wanted.append(item)
             else:
                 self.queue.fail(item, f"not a command item: {str(payload)[:200]}")
+        # Each claimed batch reads its connectors afresh (the same statement as its commands): a
+        # drain under load lasts up to a round, and a pause, a hold or a fixed URL committed since
+        # it began holds for every send claimed after the commit.
         commands = load_for_sending([item.payload["command"] for item in wanted])
-        for command in commands.values():  # the drain's first sight of a connector serves all its sends
-            command.connector = self._connectors.setdefault(command.connector_id, command.connector)
         entries, gone = [], []
         for item in wanted:
             command = commands.get(item.payload["command"])
@@ -124,9 +123,6 @@ class Dispatcher:
         if self._senders is None:
             self._senders = _Senders(self.concurrency, self.per_connector, self.stop, _Recorder(self.queue))
         senders = self._senders
-        # Connectors are read once per drain and shared by their commands: a drain lasts a round
-        # (or a Celery task), so a saved connector is seen from the next one on.
-        self._connectors.clear()
         summary = DrainSummary()
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         exhausted = False

@@ -3,12 +3,16 @@ explanation, and the admin's and the API's doors (bad input a 4xx with JSON)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
 from django.core.exceptions import PermissionDenied
+from django.db import connections
 from django.urls import reverse
+from django.utils import timezone
 
 from commands.dispatch.dispatcher import Dispatcher
 from commands.dispatch.rounds import run_round
@@ -200,3 +204,76 @@ def test_a_viewer_gets_no_pause_button_and_a_403_from_the_page(client, make_conn
     url = reverse("admin:commands_connector_pause") + f"?ids={connector.pk}"
     assert client.post(url, {"ids": str(connector.pk), "reason": "x"}).status_code == 403
     assert Connector.objects.get(pk=connector.pk).paused_at is None
+
+
+# --- a drain that does not end ----------------------------------------------------------------------
+
+
+def _queued(make_command, queue, connector) -> Command:
+    command = make_command(connector, state=State.QUEUED)
+    queue.enqueue(item_payload(command.pk, 1))
+    return command
+
+
+def _until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _drain_in_thread(dispatcher: Dispatcher, fed: threading.Event) -> threading.Thread:
+    def run():
+        try:
+            dispatcher.drain(fed_until=fed, max_seconds=30)
+        finally:
+            connections.close_all()  # this thread's own
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _hold(connector: Connector) -> None:
+    Connector.objects.filter(pk=connector.pk).update(held_since=timezone.now())
+
+
+def _pause(connector: Connector) -> None:
+    pausing.pause(connector, user=staff_user("operator"), via="admin", reason="receiver migrating")
+
+
+@pytest.mark.parametrize("stop", [_pause, _hold], ids=["paused", "held"])
+@pytest.mark.django_db(transaction=True)
+def test_a_drain_that_keeps_claiming_sees_a_fixed_url_and_a_stop_committed_since_it_began(
+    make_connector, make_command, sink, stop
+):
+    # Under steady load a drain never finds the queue empty and runs until the next round (30 s by
+    # default). What is committed to a connector meanwhile holds for every send claimed after it.
+    queue = get_queue(QUEUE_NAME)
+    queue.flush()
+    connector = make_connector(url=sink.url + "/old")
+    fed = threading.Event()  # until set, an empty queue does not end the drain: it waits for more
+    with Dispatcher(concurrency=2, per_connector=2, queue=queue) as dispatcher:
+        drain = _drain_in_thread(dispatcher, fed)
+        try:
+            sent = [_queued(make_command, queue, connector)]
+            _until(lambda: len(sink.received) == 1)
+            Connector.objects.filter(pk=connector.pk).update(url=sink.url + "/new")
+            sent.append(_queued(make_command, queue, connector))
+            _until(lambda: len(sink.received) == 2)
+            stop(connector)
+            stopped = _queued(make_command, queue, connector)
+            _until(lambda: queue.length("main") == queue.length("busy") == 0)
+        finally:
+            fed.set()
+            drain.join(30)
+    assert [request.path for request in sink.received] == ["/receive/old", "/receive/new"]
+    assert {command.state for command in Command.objects.filter(pk__in=[c.pk for c in sent])} == {
+        State.SUCCEEDED
+    }
+    stopped.refresh_from_db()
+    assert (stopped.state, stopped.attempts, Attempt.objects.filter(command=stopped).count()) == (
+        State.APPROVED,
+        0,
+        0,
+    )
