@@ -222,6 +222,8 @@ class ReliableFIFO(abc.ABC):
         """Block until a wake for this queue arrives (True: work may be waiting) or ``timeout``
         seconds pass (False). A timeout of 0 is a look: whether a wake arrived since the last
         wait, without waiting (and, on PostgreSQL, False while this process listens to nothing).
+        Only a wait makes the caller a sleeper that commits must wake (``queues.wake``): a
+        consumer busy between claims looks for new work by claiming, not by looking.
         Where the backend cannot wake, sleeps out the timeout: the caller's poll is the safety
         net either way."""
         if timeout > 0:

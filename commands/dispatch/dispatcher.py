@@ -126,6 +126,7 @@ class Dispatcher:
         summary = DrainSummary()
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         exhausted = False
+        claimed_at = 0.0  # when the last claim was made (monotonic)
         with senders.lock:
             senders.halted = False
         while True:
@@ -152,11 +153,16 @@ class Dispatcher:
             if max_items is not None:
                 room = min(room, max_items - summary.claimed)
             claim_at = CLAIM_POOLS * self.concurrency
+            if senders.starts.failures and summary.claimed:
+                # Starts fail (senders._Starts paces its tries): the items they put back wait for
+                # the loop's next drain rather than be claimed again at once.
+                exhausted = True
             if not stopping and not exhausted and room > 0 and (room >= claim_at or not waiting):
                 want = min(self.batch, room)
                 # Read before the claim: once it is set, everything fed is committed and claimable.
                 fed = fed_until is None or fed_until.is_set()
                 items = self.queue.claim(want)
+                claimed_at = time.monotonic()
                 summary.claimed += len(items)
                 exhausted = len(items) < want and fed
                 if not items and not fed:
@@ -181,20 +187,27 @@ class Dispatcher:
                         break
                     senders.room.wait(POLL_S)
                     continue
-            # The queue looked empty. A drain keeps claiming while work is queued: a wake since
-            # (queues.wake; a look, never a wait) sends it back to claim, rather than end the drain
+            # The queue looked empty. A drain keeps claiming while work is queued, rather than end
             # and leave the new work for the loop's next one — also while the recorder is still
             # writing outcomes (under load it lags the sends by seconds; waiting for it without
-            # claiming is where commands queued meanwhile waited seconds, issue 23). A recorder
-            # that fails (the database is down) is left to take_results' patience below.
+            # claiming is where commands queued meanwhile waited seconds, issue 23). A wake since
+            # (queues.wake; a look, never a wait) sends it back to claim at once; else it claims
+            # again every FEED_POLL_S while anything is in flight or recording: a drain at work
+            # does not sleep, so on PostgreSQL commits queue without waking it (waking would make
+            # every commit take its turn). A recorder that fails (the database is down) is left to
+            # take_results' patience below.
             recording = senders.recorder.unsettled and not senders.recorder.failures
             if self.queue.wait_for_work(0):
                 exhausted = False
             elif idle and not recording:
-                break
+                break  # the loop's wait looks at the queue before it sleeps: nothing is left behind
             else:
-                with senders.lock:
-                    senders.room.wait(FEED_POLL_S)
+                left = claimed_at + FEED_POLL_S - time.monotonic()
+                if left > 0 or senders.starts.failures:
+                    with senders.lock:
+                        senders.room.wait(left if left > 0 else FEED_POLL_S)
+                else:
+                    exhausted = False
         # Wait for the outcomes to be written; while the database refuses them, a stopping
         # dispatcher leaves them to close() (which spools them), and a drain with a deadline
         # waits a while past it, not for the whole outage.

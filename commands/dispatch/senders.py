@@ -34,7 +34,7 @@ from commands.dispatch import adapters, event_loop
 from commands.dispatch.recorder import _Recorder
 from commands.dispatch.sends import Sent, Unstarted, _Entry
 from commands.dispatch.statements import start_sends
-from commands.dispatch.timing import CLAIM_POOLS, HELD_POOLS
+from commands.dispatch.timing import CLAIM_POOLS, HELD_POOLS, RECORD_RETRY_FIRST_S, retry_delay
 
 logger = logging.getLogger("ankusa.commands.dispatch")
 
@@ -46,17 +46,22 @@ class _Starts:
 
     One thread (``at_once``) makes the statements: each takes every ask waiting when the one before
     it is done, so the statements grow with the load instead of their number. A start is asked for
-    only by a sender about to send, so what a statement starts goes out at once.
+    only by a sender about to send, so what a statement starts goes out at once. After a statement
+    that failed, the next waits a pause doubling up to ``RETRY_MAX_S`` (``failures`` in a row): a
+    database that refuses starts costs a log line per try, not a spin of claims and undone starts.
     """
 
     at_once = 1
 
-    def __init__(self):
+    def __init__(self, *, pause: Callable[[int], float] | None = None):
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
+        # The pause after ``n`` failed statements in a row (injected by tests).
+        self.pause = pause or (lambda failures: retry_delay(failures, RECORD_RETRY_FIRST_S))
         self.asked: list[_Ask] = []
         self.closing = False
         self.threads: list[threading.Thread] = []  # started at the first ask
+        self.failures = 0  # statements that failed in a row
 
     def start(self, entry: _Entry, now: datetime) -> bool | Unstarted:
         """Win ``queued → dispatching`` for the entry's attempt (see :func:`start_sends`);
@@ -108,6 +113,7 @@ class _Starts:
                     logger.exception("starting %s commands failed", len(batch))
                     connections.close_all()
                     won = None
+                self.failures = 0 if won is not None else self.failures + 1  # before the answers
                 for one in batch:
                     key = (one.entry.command.pk, one.entry.attempt)
                     if won is None:
@@ -118,6 +124,10 @@ class _Starts:
                     one.answered.set()
                     if one.then is not None:
                         one.then(one)
+                if self.failures:
+                    pause = self.pause(self.failures)
+                    with self.lock:
+                        self.changed.wait_for(lambda: self.closing, timeout=pause)
         finally:
             connections.close_all()
 

@@ -302,8 +302,11 @@ class DatabaseFIFO(ReliableFIFO):
         connection = connections[self.using]
         if connection.vendor != "postgresql":
             return super().wait_for_work(timeout)
-        if timeout <= 0 and wake.listening(self.using) is None:
-            return False  # a look: no listener (and connection) started for it
+        if timeout <= 0:
+            # A look, not a sleep: it does not hold the gate, so the commits of a busy consumer's
+            # producers do not notify (and take turns) for it; it finds their work by claiming.
+            looking = wake.listening(self.using)  # None: no listener (and connection) started for it
+            return looking is not None and looking.wait(self.name, 0)
         listener = wake.listener(self.using)
         gate = listener.gate
         # About to sleep: say so, then look (commits notify only while a consumer sleeps).

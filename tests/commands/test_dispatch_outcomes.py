@@ -84,13 +84,13 @@ def in_flight(make_connector, make_command, queue):
 
 
 class Refusing:
-    """A write (``record_outcomes`` unless named) as a database that refuses the first ``times``
-    of them sees it."""
+    """A write (``record_outcomes`` of the recorder's module unless named) as a database that
+    refuses the first ``times`` of them sees it."""
 
-    def __init__(self, times: int, write: str = "record_outcomes"):
+    def __init__(self, times: int, write: str = "record_outcomes", where=recording):
         self.times = times
         self.calls = 0
-        self.real = getattr(recording, write)
+        self.real = getattr(where, write)
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -115,6 +115,29 @@ def test_outcomes_the_database_refuses_are_written_once_it_takes_them(in_flight,
     assert Attempt.objects.filter(ok=True).count() == 2
     assert (queue.length("main"), queue.length("busy")) == (0, 0)
     assert spool.pending() == []
+
+
+def test_a_start_the_database_refuses_is_tried_again_after_a_doubling_pause_not_at_once(
+    make_connector, make_command, queue, monkeypatch
+):
+    # Starts refused while claims are not (the start thread cannot connect: too many clients)
+    # put their items back, where the loop claims them again at once: without a pause, a spin.
+    command = make_command(make_connector())
+    sweep()
+    (item,) = queue.claim(1)
+    entry = _Entry(item, Command.objects.get(pk=command.pk), 1)
+    monkeypatch.setattr(
+        senders, "start_sends", refusing := Refusing(times=3, write="start_sends", where=senders)
+    )
+    pauses = []
+    starts = senders._Starts(pause=lambda failures: pauses.append(failures) or 0)
+    try:
+        answers = [starts.start(entry, T0) for _ in range(4)]
+    finally:
+        starts.close()
+    assert answers == [Unstarted(T0)] * 3 + [True]
+    assert (refusing.calls, pauses, starts.failures) == (4, [1, 2, 3], 0)  # the success ended the run
+    assert senders._Starts().pause(1) == RECORD_RETRY_FIRST_S  # then doubling, as the recorder's
 
 
 def test_the_recorders_pause_doubles_from_50_ms_up_to_2_s():

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 
 from commands.dispatch.sweep import sweep
-from commands.lifecycle import QUEUE_NAME
+from commands.lifecycle import QUEUE_NAME, item_payload
 from commands.management.commands.dispatch import Command as DispatchCommand
 from commands.models import Command
 from commands.retry import Outlook
@@ -24,6 +24,7 @@ from commands.staff import actions
 from commands.states import State
 from queues import wake
 from queues.backends import get_queue
+from tests.commands.sink import Sink
 from tests.servers import wait_for
 from tests.staff import staff_user
 
@@ -204,3 +205,42 @@ def test_a_resumed_connector_sends_its_waiting_commands_at_once(loop, make_conne
     assert Command.objects.get(pk=command.pk).state == State.APPROVED
     pausing.resume(connector, user=staff_user("admin"), via="api")  # released: wakes the loop
     assert sent_within(command, WAKE_BOUND_S) < WAKE_BOUND_S
+
+
+def test_commands_queued_while_the_loop_sends_go_at_once_and_their_commits_wake_no_one(
+    loop, backend, make_connector, make_command
+):
+    # A drain with sends in flight claims again by itself: on PostgreSQL it does not hold the wake
+    # gate, so the commits that queue meanwhile send no NOTIFY (which would make them take turns).
+    from tests.queues.test_wake import notified, raw_listener
+
+    queue = get_queue(QUEUE_NAME)
+    watcher = raw_listener() if backend == "database" else None
+    with Sink(delay=0.2) as slow:  # every send stays in flight a while: the loop is never idle
+        connector = make_connector(url=slow.url, max_in_flight=100)
+        queued_at: dict[str, float] = {}
+
+        def produce(count: int) -> None:
+            try:
+                for _ in range(count):
+                    command = make_command(connector, state=State.QUEUED)
+                    queue.enqueue(item_payload(command.pk, 1))
+                    queued_at[str(command.pk)] = time.time()
+                    time.sleep(0.05)
+            finally:
+                connections.close_all()  # this thread's own
+
+        producers = [threading.Thread(target=produce, args=(20,)) for _ in range(2)]
+        for thread in producers:
+            thread.start()
+        for thread in producers:
+            thread.join(30)
+        wait_for(lambda: len(slow.first_at) == 40, timeout=WAKE_BOUND_S + 5, what="every send")
+        waited = sorted(slow.first_at[key] - queued_at[key] for key in queued_at)
+    assert slow.keys_received_more_than_once() == {}
+    assert waited[-1] < WAKE_BOUND_S, waited
+    if watcher is not None:
+        # The loop slept when the first commit came: that one woke it; so may one that came just
+        # as a drain ended. The rest found it claiming.
+        assert len(notified(watcher)) <= 4
+        watcher.close()
