@@ -4,7 +4,6 @@ explanation, and the admin's and the API's doors (bad input a 4xx with JSON)."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,6 +23,7 @@ from commands.staff.explain import explain
 from commands.states import State
 from queues.backends import get_queue
 from tests.commands.staff import login_as
+from tests.servers import wait_for
 from tests.staff import staff_user
 
 T0 = datetime(2026, 9, 2, 9, 0, tzinfo=UTC)
@@ -215,13 +215,6 @@ def _queued(make_command, queue, connector) -> Command:
     return command
 
 
-def _until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def _drain_in_thread(dispatcher: Dispatcher, fed: threading.Event) -> threading.Thread:
     def run():
         try:
@@ -257,13 +250,15 @@ def test_a_drain_that_keeps_claiming_sees_a_fixed_url_and_a_stop_committed_since
         drain = _drain_in_thread(dispatcher, fed)
         try:
             sent = [_queued(make_command, queue, connector)]
-            _until(lambda: len(sink.received) == 1)
+            wait_for(lambda: len(sink.received) == 1, timeout=10, what="the first send")
             Connector.objects.filter(pk=connector.pk).update(url=sink.url + "/new")
             sent.append(_queued(make_command, queue, connector))
-            _until(lambda: len(sink.received) == 2)
+            wait_for(lambda: len(sink.received) == 2, timeout=10, what="the send after the fix")
             stop(connector)
             stopped = _queued(make_command, queue, connector)
-            _until(lambda: queue.length("main") == queue.length("busy") == 0)
+            wait_for(
+                lambda: queue.length("main") == queue.length("busy") == 0, timeout=10, what="the set-aside"
+            )
         finally:
             fed.set()
             drain.join(30)
