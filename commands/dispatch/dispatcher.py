@@ -143,7 +143,13 @@ class Dispatcher:
                 waiting = len(senders.waiting)
                 held = senders.in_flight.total() + waiting
             if back:
-                self.queue.unclaim(*(entry.item for entry in back))
+                try:
+                    self.queue.unclaim(*(entry.item for entry in back))
+                except Exception:
+                    # The queue's database is down: the recorder puts them back once it can, or
+                    # spools them on close (else they would wait out the visibility timeout).
+                    for entry in back:
+                        senders.recorder.hand(entry, Unstarted())
             # Hold up to four pools' worth (sends in flight and claimed sends waiting for a thread)
             # and claim two at a time once there is room for them, while a pool still waits: a
             # sender never waits for a claim, and each claim (two round trips, and the loading of
