@@ -21,7 +21,8 @@ starts again at the first success — so a receiver's outage costs its commands 
 
 Not guaranteed: a send claimed before the hold committed still goes (a dispatcher reads a claimed
 batch's connectors with its commands), and the count is per send, not per receiver outage (a
-receiver failing one send in two never holds). The hold never changes how a failure is judged (``commands.retry``).
+receiver failing one send in two never holds). The hold never changes how a failure is judged
+(``commands.retry``).
 """
 
 from __future__ import annotations
