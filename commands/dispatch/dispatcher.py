@@ -142,14 +142,11 @@ class Dispatcher:
                     senders.waiting.clear()
                 waiting = len(senders.waiting)
                 held = senders.in_flight.total() + waiting
-            if back:
-                try:
-                    self.queue.unclaim(*(entry.item for entry in back))
-                except Exception:
-                    # The queue's database is down: the recorder puts them back once it can, or
-                    # spools them on close (else they would wait out the visibility timeout).
-                    for entry in back:
-                        senders.recorder.hand(entry, Unstarted())
+            # Claimed, never started: the recorder puts their items back at the head of the queue
+            # (or, while the queue's database is down, once it answers, or spools them on close),
+            # and the wait for its results below waits for that too.
+            for entry in back:
+                senders.recorder.hand(entry, Unstarted())
             # Hold up to four pools' worth (sends in flight and claimed sends waiting for a thread)
             # and claim two at a time once there is room for them, while a pool still waits: a
             # sender never waits for a claim, and each claim (two round trips, and the loading of

@@ -341,6 +341,34 @@ def test_the_starts_a_closing_recorder_could_not_undo_are_undone_from_the_spool(
     assert (Command.objects.get(pk=command.pk).state, queue.length("main")) == (State.QUEUED, 1)
 
 
+def test_a_stop_while_the_database_refuses_the_put_back_spools_the_items_and_they_go_back_once_it_answers(
+    make_connector, make_command, queue, monkeypatch, sink
+):
+    # A drain told to stop puts its claimed, unstarted sends back. With the queue's database down
+    # they must not wait out the visibility timeout in busy: spooled on close, they go back to the
+    # head of the queue with the next drain's write-back.
+    sink.delay = 0.2
+    connector = make_connector(url=sink.url)
+    for n in range(10):
+        make_command(connector, {"n": n})
+    sweep()
+    real = queue.unclaim
+    monkeypatch.setattr(queue, "unclaim", Refusing(times=10**6, write="unclaim", where=queue))
+    with Dispatcher(concurrency=4, per_connector=2, queue=queue) as dispatcher:
+        sink.respond = lambda request, nth: (dispatcher.stop.set(), (200, {}))[1]
+        dispatcher.drain()
+    # The two sends' outcomes may have been written before the refusals began, or spooled with them.
+    assert (queue.length("main"), queue.length("busy") >= 8, len(spool.pending())) == (0, True, 1)
+    monkeypatch.setattr(queue, "unclaim", real)  # the database answers again
+    replay_spool(queue)
+    assert (queue.length("main"), queue.length("busy")) == (8, 0)
+    assert sorted(Command.objects.values_list("state", "attempts")) == [(State.QUEUED, 0)] * 8 + [
+        (State.SUCCEEDED, 1)
+    ] * 2
+    assert spool.pending() == []
+    assert set(sink.counts.values()) == {1} and len(sink.counts) == 2
+
+
 def test_starts_refused_by_a_full_database_strand_no_command_and_each_is_sent_once_later(
     make_connector, make_command, queue, monkeypatch, sink
 ):
