@@ -18,7 +18,10 @@ Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. P
   open-loop at half that throughput (``offered_per_s``; ``achieved_per_s`` is what intake took),
   each sender thread on a connection kept alive; ``machine_busy_half_load`` — the share of the
   machine's CPU (every core) busy meanwhile: near 1, intake, dispatch, the receiver and this
-  load generator together are what the machine can carry;
+  load generator together are what the machine can carry; ``half_load_cpu_ms`` — where it went,
+  CPU ms per webhook (one command each) of each process kind: ``intake`` (gunicorn's workers),
+  ``dispatch``, ``postgresql`` and ``redis`` (every process of the server, whoever it serves),
+  ``receiver``, ``load`` (this process);
 * ``celery_hop_p50_ms`` — the anchor, measured once in the same run: ``apply_async`` of an empty
   task → the task starts, a Celery worker (``--pool solo``, the site's settings:
   ``bench/celery_hop.py``) on the same Redis, one task at a time with pauses between;
@@ -83,6 +86,32 @@ def machine_busy() -> tuple[float, float]:
     with open("/proc/stat") as stat:
         ticks = [int(n) for n in stat.readline().split()[1:9]]
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def process_cpu(pids) -> float:
+    """CPU seconds (user and system) the processes ``pids`` used so far; those gone count 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def named(command: str) -> list[int]:
+    """The pids whose command name (``/proc/<pid>/comm``) is ``command``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if comm.read().strip() == command:
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
 
 
 def ms(seconds: float) -> float:
@@ -200,6 +229,17 @@ class Run:
             worker.join()
         achieved = total / (time.monotonic() - start)
         return self.latencies(answered, timeout=120), achieved
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of each process kind the loaded phase runs (``half_load_cpu_ms``)."""
+        return {
+            "intake": process_cpu(self.node.workers()),
+            "dispatch": process_cpu([self.dispatcher.pid]),
+            "postgresql": process_cpu(named("postgres")),
+            "redis": process_cpu(named("redis-server")),
+            "receiver": process_cpu([self.sink.process.pid]),
+            "load": process_cpu([os.getpid()]),
+        }
 
     def stop(self) -> None:
         self.dispatcher.terminate()
@@ -320,9 +360,9 @@ def main() -> None:
                 idle = run.idle(idle_n)
                 per_s = run.throughput(connector, burst_n)
                 offered = args.rate or per_s / 2
-                busy_before = machine_busy()
+                busy_before, cpu_before = machine_busy(), run.cpu()
                 loaded, achieved = run.load(offered, load_s)
-                busy_after = machine_busy()
+                busy_after, cpu_after = machine_busy(), run.cpu()
             finally:
                 run.stop()
             result = {
@@ -338,6 +378,10 @@ def main() -> None:
                 "machine_busy_half_load": round(
                     (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1]), 2
                 ),
+                "half_load_cpu_ms": {
+                    kind: round(1000 * (cpu_after[kind] - cpu_before[kind]) / len(loaded), 2)
+                    for kind in cpu_after
+                },
                 "idle_n": len(idle),
                 "half_load_n": len(loaded),
             }
@@ -353,7 +397,13 @@ def main() -> None:
     redis_figures = figures.get("redis_queue", {})
     print(f"{'measure':<30}{'database':>12}{'redis':>12}")
     for key in [k for k in dict.fromkeys((*figures, *redis_figures)) if k not in ("redis_queue", "quick")]:
-        print(f"{key:<30}{figures.get(key, '-'):>12}{redis_figures.get(key, '-'):>12}")
+        database, other = figures.get(key, "-"), redis_figures.get(key, "-")
+        if isinstance(database, dict) or isinstance(other, dict):  # one row per part
+            for part in dict.fromkeys((*(database or {}), *(other or {}))):
+                row = f"{key}.{part}"
+                print(f"{row:<30}{database.get(part, '-'):>12}{other.get(part, '-'):>12}")
+        else:
+            print(f"{key:<30}{database:>12}{other:>12}")
     print(json.dumps(figures))
 
 
