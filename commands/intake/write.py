@@ -1,7 +1,8 @@
 """Intake's write: an arrival's delivery, its commands and, for those born ``approved``, their move
 to ``queued`` with their queue items, in one transaction — on PostgreSQL in one statement (CTEs,
-prepared), elsewhere by inserts. ``_store`` is what ``submit`` calls; ``_Write`` tells it how far the
-write got (connected, the committing statement sent), which decides what a failure may answer.
+prepared; the Redis queue's items follow its commit), elsewhere by inserts. ``_store`` is what
+``submit`` calls; ``_Write`` tells it how far the write got (connected, the committing statement
+sent), which decides what a failure may answer.
 Each command is born with the sweep's own decision (``commands.lifecycle.decide_for``).
 """
 
@@ -46,11 +47,12 @@ def _store(arrival: Arrival, now: datetime, committed: list, write: _Write) -> t
     born = [_birth(state, idempotent, now) for _, idempotent in arrival.connectors]
     _connect()
     write.connected = True
-    # One statement when the queue can be written by it (ReliableFIFO.enqueue_in_statement), on
-    # PostgreSQL, and not under ANKUSA_STOCK_DJANGO (the ORM's writes below are the reference).
-    enqueue = queue.enqueue_in_statement(*ITEMS_FROM_COMMANDS, using=connection.alias)
-    if enqueue is not None and connection.vendor == "postgresql" and not stock("sql"):
-        return _store_in_one_statement(arrival, born, now, enqueue, committed, write)
+    # One statement on PostgreSQL, except under ANKUSA_STOCK_DJANGO (the ORM's writes below are the
+    # reference): with the items when the queue can be written by it (ReliableFIFO.
+    # enqueue_in_statement), else (the Redis queue) the rows alone, and the items after its commit.
+    if connection.vendor == "postgresql" and not stock("sql"):
+        enqueue = queue.enqueue_in_statement(*ITEMS_FROM_COMMANDS, using=connection.alias)
+        return _store_in_one_statement(arrival, born, now, queue, enqueue, committed, write)
     delivery = None
     if arrival.is_webhook:
         delivery = Delivery(**_delivery_values(arrival, now), body=arrival.body)
@@ -107,7 +109,7 @@ def _command_values(arrival: Arrival, now: datetime) -> dict:
     }
 
 
-# PostgreSQL, the database queue: the delivery, its commands and their items in ONE statement,
+# PostgreSQL: the delivery, its commands and (the database queue) their items in ONE statement,
 # which commits by itself outside a transaction. Each write is a data-modifying CTE; the rows go as
 # JSON parameters the server unpacks into the tables' own row types (``jsonb_populate_record``), so
 # the driver quotes two strings instead of a parameter per column. Measured against the same
@@ -128,6 +130,7 @@ SELECT 'command', id, connector_id FROM command{delivery_select}
 
 
 # The items of the statement's new queued commands, each its first attempt.
+NO_ITEMS = "SELECT 1"  # the queue is not written by the statement (the Redis queue): an unused CTE
 ITEMS_FROM_COMMANDS = ("command WHERE state = %s", "jsonb_build_object('command', id, 'attempt', 1)", "id")
 DELIVERY_CTE = """delivery AS (
     INSERT INTO {table} ({columns})
@@ -194,13 +197,15 @@ def _json_value(value):
 
 
 def _store_in_one_statement(
-    arrival: Arrival, born, now, enqueue: tuple[str, list], committed, write: _Write
+    arrival: Arrival, born, now, queue, enqueue: tuple[str, list] | None, committed, write: _Write
 ) -> tuple[int, list[Stored]]:
+    """``enqueue``: the items' SQL for the statement, or None to write them after its commit."""
     attempts = {attempt for _, attempt in born if attempt is not None}
     if attempts - {1}:  # a new command's first item is attempt 1; anything else is a bug
         raise RuntimeError(f"unexpected attempt numbers at birth: {attempts}")
-    enqueue, enqueue_params = enqueue
-    sql = _one_statement(arrival.is_webhook, enqueue)
+    in_statement = enqueue is not None
+    items_sql, items_params = enqueue or (NO_ITEMS, [])
+    sql = _one_statement(arrival.is_webhook, items_sql)
     shared = _command_values(arrival, now)
     if not arrival.is_webhook:
         shared["payload"] = arrival.payload
@@ -212,12 +217,15 @@ def _store_in_one_statement(
     if arrival.is_webhook:  # in the statement's order: the delivery's body and row, the payload
         delivery_row = _json_row(Delivery, _delivery_values(arrival, now))
         params += [arrival.body, json.dumps(delivery_row), arrival.body]
-    params += [json.dumps(command_rows), *enqueue_params, State.QUEUED.value]
+    params += [json.dumps(command_rows), *items_params]
+    if in_statement:
+        params.append(State.QUEUED.value)  # ITEMS_FROM_COMMANDS' parameter
     # Outside a transaction the statement commits by itself: one round trip, no BEGIN or COMMIT.
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         write.sent = True
         rows, _ = execute_prepared(connection, sql, params)
-        wake.after_enqueue()  # the statement's NOTIFY wakes the loops; Celery is asked (commands.wake)
+        if in_statement:
+            wake.after_enqueue()  # the statement's NOTIFY wakes the loops; Celery is asked (commands.wake)
     ids = {connector: pk for kind, pk, connector in rows if kind == "command"}
     stored = [
         Stored(ids[connector_id], connector_id, fields["state"], now)
@@ -229,6 +237,16 @@ def _store_in_one_statement(
         record_id = stored[0].pk
     # Committed when the statement returned (or with the caller's transaction, if there is one).
     transaction.on_commit(lambda: committed.append((record_id, stored)))
+    if not in_statement:
+        # After the callback above, as the ORM's path: a failing queue still tells the rows are stored.
+        enqueue_with_commit(
+            queue,
+            [
+                item_payload(ids[connector_id], attempt)
+                for (connector_id, _), (_, attempt) in zip(arrival.connectors, born, strict=True)
+                if attempt is not None
+            ],
+        )
     return record_id, stored
 
 

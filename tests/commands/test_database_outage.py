@@ -154,17 +154,27 @@ def proxy(private_postgres):
     running.close()
 
 
-@pytest.mark.parametrize("queue", ["database", "redis"])
+@pytest.mark.parametrize(
+    "queue, stock",
+    [("database", ""), ("redis", ""), ("redis", "sql")],
+    ids=["database", "redis", "redis-orm"],
+)
 def test_a_connection_lost_while_the_commit_is_answered_is_a_503_that_says_the_outcome_is_unknown(
-    site, private_postgres, proxy, start_node, redis_client, queue
+    site, private_postgres, proxy, start_node, redis_client, queue, stock
 ):
     through_proxy = site.database_url.replace(f":{private_postgres.port}/", f":{proxy.port}/")
-    node = start_node(workers=1, threads=2, DATABASE_URL=through_proxy, ANKUSA_QUEUE_BACKEND=queue)
+    node = start_node(
+        workers=1,
+        threads=2,
+        DATABASE_URL=through_proxy,
+        ANKUSA_QUEUE_BACKEND=queue,
+        ANKUSA_STOCK_DJANGO=stock,
+    )
     client = Client(node, site.token)
     assert client.hook("before")[0] == 202
-    # The database queue's write is one statement that commits by itself; the Redis queue's is a
-    # transaction, whose COMMIT is the write that decides.
-    proxy.cut_after(b"cut-me", None if queue == "database" else b"COMMIT")
+    # The write is one statement that commits by itself (the Redis queue's items follow it); the
+    # ORM's (ANKUSA_STOCK_DJANGO=sql) is a transaction, whose COMMIT is the write that decides.
+    proxy.cut_after(b"cut-me", b"COMMIT" if stock else None)
 
     assert_unavailable(client.hook("cut-me"), UNKNOWN)
     assert proxy.cuts == 1
@@ -201,8 +211,14 @@ def test_a_connection_lost_before_the_commit_was_sent_is_a_503_that_says_nothing
     site, private_postgres, proxy, start_node, redis_client
 ):
     through_proxy = site.database_url.replace(f":{private_postgres.port}/", f":{proxy.port}/")
-    # The Redis queue's write is a transaction: the server answers its INSERT, and that answer is cut.
-    node = start_node(workers=1, threads=2, DATABASE_URL=through_proxy, ANKUSA_QUEUE_BACKEND="redis")
+    # The ORM's write is a transaction: the server answers its INSERT, and that answer is cut.
+    node = start_node(
+        workers=1,
+        threads=2,
+        DATABASE_URL=through_proxy,
+        ANKUSA_QUEUE_BACKEND="redis",
+        ANKUSA_STOCK_DJANGO="sql",
+    )
     client = Client(node, site.token)
     assert client.hook("before")[0] == 202
     proxy.cut_after(b"cut-me")

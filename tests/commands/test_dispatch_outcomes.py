@@ -362,9 +362,10 @@ def test_a_stop_while_the_database_refuses_the_put_back_spools_the_items_and_the
     monkeypatch.setattr(queue, "unclaim", real)  # the database answers again
     replay_spool(queue)
     assert (queue.length("main"), queue.length("busy")) == (8, 0)
-    assert sorted(Command.objects.values_list("state", "attempts")) == [(State.QUEUED, 0)] * 8 + [
-        (State.SUCCEEDED, 1)
-    ] * 2
+    assert (
+        sorted(Command.objects.values_list("state", "attempts"))
+        == [(State.QUEUED, 0)] * 8 + [(State.SUCCEEDED, 1)] * 2
+    )
     assert spool.pending() == []
     assert set(sink.counts.values()) == {1} and len(sink.counts) == 2
 

@@ -69,6 +69,60 @@ def test_a_signed_webhook_is_stored_once_with_a_queued_command_per_connector(hoo
     ]
 
 
+@pytest.fixture
+def redis_queue(settings, redis_client):
+    settings.ANKUSA_QUEUE_BACKEND = "redis"
+    queue = get_queue(QUEUE_NAME)
+    queue.flush()
+    return queue
+
+
+@pytest.mark.django_db(transaction=True)  # the items are written on commit
+def test_on_the_redis_queue_a_webhooks_items_follow_the_commit_of_its_rows(
+    hook_source, post_hook, redis_queue
+):
+    status, body = answer(post_hook(delivery="evt-1"))
+    commands = list(Command.objects.order_by("pk"))
+    assert (status, body["commands"]) == (202, [c.pk for c in commands])
+    assert {c.state for c in commands} == {State.QUEUED}
+    assert [item.payload for item in redis_queue.peek("main", 10)] == [
+        {"command": c.pk, "attempt": 1} for c in commands
+    ]
+
+
+@pytest.mark.django_db(transaction=True)  # the items are written on commit
+@pytest.mark.fast_path  # the ORM's write is a transaction of several statements
+def test_on_postgresql_with_the_redis_queue_a_webhooks_rows_are_one_statement(
+    postgres, hook_source, post_hook, redis_queue, django_assert_num_queries
+):
+    assert post_hook(delivery="evt-1").status_code == 202  # reads and keeps the source's configuration
+    with django_assert_num_queries(1):
+        assert post_hook(delivery="evt-2").status_code == 202
+    assert redis_queue.length("main") == 4
+
+
+@pytest.mark.django_db(transaction=True)  # the items are written on commit
+def test_a_redis_queue_down_after_the_commit_answers_202_and_leaves_the_commands_queued_for_recovery(
+    hook_source, post_hook, redis_queue, monkeypatch, caplog
+):
+    import redis
+
+    from commands.intake import write
+    from queues.backends.redis import RedisFIFO
+    from tests.servers import free_port
+
+    down = redis.Redis(port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2)  # nothing listens
+    monkeypatch.setattr(write, "commands_queue", lambda: RedisFIFO(QUEUE_NAME, client=down))
+    with caplog.at_level(logging.WARNING, logger="ankusa.intake"):
+        status, body = answer(post_hook(delivery="evt-1"))
+    commands = list(Command.objects.order_by("pk"))
+    assert (status, body["commands"]) == (202, [c.pk for c in commands])
+    assert {c.state for c in commands} == {State.QUEUED}
+    assert redis_queue.length("main") == 0  # the loop's recovery gives each its item
+    assert "intake_enqueue_failed" in caplog.text
+    assert post_hook(delivery="evt-1").status_code == 200  # stored: the retry is a duplicate
+
+
 def test_a_command_born_at_intake_is_exactly_what_the_sweep_makes_of_an_approved_one(
     hook_source, post_hook, make_command
 ):
