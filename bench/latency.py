@@ -399,7 +399,8 @@ def main() -> None:
     for key in [k for k in dict.fromkeys((*figures, *redis_figures)) if k not in ("redis_queue", "quick")]:
         database, other = figures.get(key, "-"), redis_figures.get(key, "-")
         if isinstance(database, dict) or isinstance(other, dict):  # one row per part
-            for part in dict.fromkeys((*(database or {}), *(other or {}))):
+            database, other = (value if isinstance(value, dict) else {} for value in (database, other))
+            for part in dict.fromkeys((*database, *other)):
                 row = f"{key}.{part}"
                 print(f"{row:<30}{database.get(part, '-'):>12}{other.get(part, '-'):>12}")
         else:

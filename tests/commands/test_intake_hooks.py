@@ -106,7 +106,9 @@ def test_a_redis_queue_down_after_the_commit_answers_202_and_leaves_the_commands
     hook_source, post_hook, redis_queue, monkeypatch, caplog
 ):
     import redis
+    from django.conf import settings
 
+    from commands.dispatch.recovery import recover
     from commands.intake import write
     from queues.backends.redis import RedisFIFO
     from tests.servers import free_port
@@ -118,9 +120,15 @@ def test_a_redis_queue_down_after_the_commit_answers_202_and_leaves_the_commands
     commands = list(Command.objects.order_by("pk"))
     assert (status, body["commands"]) == (202, [c.pk for c in commands])
     assert {c.state for c in commands} == {State.QUEUED}
-    assert redis_queue.length("main") == 0  # the loop's recovery gives each its item
+    assert redis_queue.length("main") == 0
     assert "intake_enqueue_failed" in caplog.text
     assert post_hook(delivery="evt-1").status_code == 200  # stored: the retry is a duplicate
+    # The loop's recovery gives each its item, once the command is older than the visibility timeout.
+    later = timezone.now() + timedelta(seconds=settings.ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S + 1)
+    assert recover(later, queue=redis_queue).lost_requeued == 2
+    assert sorted(item.payload["command"] for item in redis_queue.peek("main", 10)) == [
+        c.pk for c in commands
+    ]
 
 
 def test_a_command_born_at_intake_is_exactly_what_the_sweep_makes_of_an_approved_one(
