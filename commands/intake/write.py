@@ -72,14 +72,7 @@ def _store(arrival: Arrival, now: datetime, committed: list, write: _Write) -> t
         # Runs first among the commit callbacks: an exception from a later one (the Redis queue's
         # write) then still tells that the rows are stored.
         transaction.on_commit(lambda: committed.append((record_id, stored)))
-        enqueue_with_commit(
-            queue,
-            [
-                item_payload(command.pk, attempt)
-                for command, (_, attempt) in zip(commands, born, strict=True)
-                if attempt is not None
-            ],
-        )
+        enqueue_with_commit(queue, _first_items(stored, born))
         # What is left is the COMMIT (or, within a caller's transaction, nothing of ours): a
         # connection lost before it was sent rolled the transaction back.
         write.sent = True
@@ -239,15 +232,17 @@ def _store_in_one_statement(
     transaction.on_commit(lambda: committed.append((record_id, stored)))
     if not in_statement:
         # After the callback above, as the ORM's path: a failing queue still tells the rows are stored.
-        enqueue_with_commit(
-            queue,
-            [
-                item_payload(ids[connector_id], attempt)
-                for (connector_id, _), (_, attempt) in zip(arrival.connectors, born, strict=True)
-                if attempt is not None
-            ],
-        )
+        enqueue_with_commit(queue, _first_items(stored, born))
     return record_id, stored
+
+
+def _first_items(stored: list[Stored], born) -> list[dict]:
+    """The queue items of the stored commands born ``queued``: each its first attempt."""
+    return [
+        item_payload(one.pk, attempt)
+        for one, (_, attempt) in zip(stored, born, strict=True)
+        if attempt is not None
+    ]
 
 
 @functools.cache
