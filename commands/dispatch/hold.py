@@ -41,6 +41,7 @@ from django.utils import timezone
 from ankusa_site.core import metrics
 from ankusa_site.core.logs import log_event
 from commands import retry
+from commands.dispatch import statements
 from commands.lifecycle import commands_queue, with_commit
 from commands.models import PARKED_REASONS, Command, Connector
 from commands.retry import Outlook
@@ -90,10 +91,7 @@ def observe(recorded: list, now: datetime) -> None:
     runs = {pk: _tail(group) for pk, group in sends.items()}
     ended = [pk for pk, (tail, broken, _) in runs.items() if broken]
     if ended:  # a run ended here: only a connector that was failing or held has anything to clear
-        marked = Connector.objects.filter(
-            Q(outage_failures__gt=0) | Q(held_since__isnull=False), pk__in=ended
-        )
-        for pk in marked.values_list("pk", flat=True):
+        for pk in statements.failing_or_held(ended):
             tail, _, succeeded = runs[pk]
             if succeeded:
                 release(pk, now)

@@ -1,7 +1,7 @@
 """The loop's hot SQL, written out per database vendor: the ``queued → dispatching`` starts
 (:func:`start_sends`), the finishes (:func:`finish_sends`), undoing a start that sent nothing
-(:func:`undo_starts`), the attempt rows (:func:`insert_attempts`) and the commands loaded for sending
-(:func:`load_for_sending`).
+(:func:`undo_starts`), the attempt rows (:func:`insert_attempts`), the commands loaded for sending
+(:func:`load_for_sending`) and the outage hold's look at a batch's connectors (:func:`failing_or_held`).
 
 Each stands for an ORM call it names (``ANKUSA_STOCK_DJANGO`` runs that call instead) and changes a
 command only under the same condition: a start needs the command ``queued`` at the attempt before, a
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from ankusa_site.core.prepared import execute_prepared
 from ankusa_site.core.stock import stock
@@ -257,6 +257,24 @@ def _attempt_insert(vendor: str) -> tuple[str, list]:
 def _json_value(value):
     """A value JSON has no type for, as the database reads it from text (a timestamp: ISO 8601)."""
     return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+# The connectors of a recorded batch whose outage run or hold a success or another failure may end:
+# the recorder asks it of every batch with an outcome other than "again" (most batches), and
+# the queryset's compilation cost about as much as the rest of a small batch's Python (measured).
+FAILING_OR_HELD_SQL = (
+    f"SELECT id FROM {Connector._meta.db_table}"
+    " WHERE id = ANY(%s::bigint[]) AND (outage_failures > 0 OR held_since IS NOT NULL)"
+)
+
+
+def failing_or_held(ids: list[int]) -> list[int]:
+    """Of the connectors ``ids``, those counting an outage run or held (``commands.dispatch.hold``):
+    on PostgreSQL a prepared statement, elsewhere the queryset it stands for."""
+    if connection.vendor != "postgresql" or stock("sql"):  # stock: ANKUSA_STOCK_DJANGO
+        rows = Connector.objects.filter(Q(outage_failures__gt=0) | Q(held_since__isnull=False), pk__in=ids)
+        return list(rows.values_list("pk", flat=True))
+    return [pk for (pk,) in execute_prepared(connection, FAILING_OR_HELD_SQL, [ids])[0]]
 
 
 def undo_starts(starts: list[tuple[int, int, datetime | None]]) -> int:

@@ -18,6 +18,7 @@ from commands.dispatch.senders import _Starts
 from commands.dispatch.sends import Sent, Unstarted, _Entry
 from commands.dispatch.statements import (
     BOOKKEEPING_FIELDS,
+    failing_or_held,
     finish_sends,
     insert_attempts,
     load_for_sending,
@@ -153,6 +154,15 @@ def test_finish_sends_moves_only_commands_dispatching_that_attempt(make_connecto
         T0,
         T0,
     )
+
+
+def test_failing_or_held_names_only_the_asked_connectors_counting_a_run_or_held(make_connector):
+    calm, failing, held, held_and_failing, not_asked = (make_connector(f"c{i}") for i in range(5))
+    Connector.objects.filter(pk__in=[failing.pk, held_and_failing.pk, not_asked.pk]).update(outage_failures=3)
+    Connector.objects.filter(pk__in=[held.pk, held_and_failing.pk]).update(held_since=T0)
+    asked = [calm.pk, failing.pk, held.pk, held_and_failing.pk]
+    assert sorted(failing_or_held(asked)) == [failing.pk, held.pk, held_and_failing.pk]
+    assert failing_or_held([calm.pk]) == []
 
 
 def test_commands_loaded_for_sending_carry_their_payload_and_load_the_rest_on_demand(
