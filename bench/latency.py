@@ -29,8 +29,10 @@ Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. P
   ``e2e_p99_ms_half_load`` ≤ 250, on both queues.
 
 The database queue's figures are top-level keys, the Redis queue's the same keys inside
-``"redis_queue"``. ``--quick`` makes every phase short (a smoke test, not a measurement). Prints a
-table, then one JSON line.
+``"redis_queue"``. ``--quick`` makes every phase short (a smoke test, not a measurement);
+``--web-nice N`` lowers gunicorn's priority (its workers wait for a core behind the dispatcher,
+PostgreSQL and the receiver), to see what the machine's cores cost the latency. Prints a table,
+then one JSON line.
 """
 
 from __future__ import annotations
@@ -112,6 +114,14 @@ def named(command: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def renice(pids: list[int], niceness: int) -> None:
+    """Set the niceness of every thread of ``pids`` (Linux sets it per thread; threads started
+    later inherit their starter's)."""
+    for pid in pids:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            os.setpriority(os.PRIO_PROCESS, int(task), niceness)
 
 
 def ms(seconds: float) -> float:
@@ -315,6 +325,12 @@ def main() -> None:
     parser.add_argument(
         "--queues", default="database,redis", help="the queue backends to run, in order (default: both)"
     )
+    parser.add_argument(
+        "--web-nice",
+        type=int,
+        default=0,
+        help="the niceness of gunicorn's processes (default 0, as the dispatcher's): who waits for a core",
+    )
     args = parser.parse_args()
     idle_n, burst_n, load_s, hops_n = (8, 300, 2.0, 8) if args.quick else (40, 3000, 15.0, 40)
     history_n = 1000 if args.quick else 20000
@@ -357,6 +373,8 @@ def main() -> None:
             run = Run(backend, env, sink, log_dir)
             try:
                 run.idle(5)  # warm-up: connections, caches, prepared statements
+                if args.web_nice:
+                    renice([run.node.process.pid, *run.node.workers()], args.web_nice)
                 idle = run.idle(idle_n)
                 per_s = run.throughput(connector, burst_n)
                 offered = args.rate or per_s / 2
@@ -394,6 +412,8 @@ def main() -> None:
         connection.close()
         teardown_databases(old_config, verbosity=0)
     figures["quick"] = args.quick
+    if args.web_nice:
+        figures["web_nice"] = args.web_nice
     redis_figures = figures.get("redis_queue", {})
     print(f"{'measure':<30}{'database':>12}{'redis':>12}")
     for key in [k for k in dict.fromkeys((*figures, *redis_figures)) if k not in ("redis_queue", "quick")]:

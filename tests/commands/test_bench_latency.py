@@ -1,5 +1,6 @@
 """``bench/latency.py`` (PostgreSQL) still runs, short, and ends with its JSON line: both queues'
-figures, every webhook seen by the receiver (a smoke test, not a measurement)."""
+figures, every webhook seen by the receiver (a smoke test, not a measurement); its ``--web-nice``
+reaches every thread of gunicorn's processes."""
 
 import json
 import os
@@ -46,3 +47,19 @@ def test_the_latency_benchmark_runs_in_quick_mode_on_both_queues(service_env, re
         assert all(queue[key] > 0 for key in KEYS), queue
         # Every webhook of each phase was measured: the receiver got each command.
         assert queue["idle_n"] == 8 and queue["half_load_n"] > 0
+
+
+def test_web_nice_reaches_every_thread_of_the_processes_it_names():
+    from bench.latency import renice
+
+    started = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); print(1, flush=True)"
+    child = subprocess.Popen([sys.executable, "-c", started], stdout=subprocess.PIPE, text=True)
+    try:
+        child.stdout.readline()  # its second thread runs
+        renice([child.pid], 3)
+        tasks = os.listdir(f"/proc/{child.pid}/task")
+        assert len(tasks) == 2
+        assert [os.getpriority(os.PRIO_PROCESS, int(task)) for task in tasks] == [3, 3]
+    finally:
+        child.kill()
+        child.wait()
