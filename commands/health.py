@@ -13,7 +13,8 @@ rows — adds the batch to one bucket per connector and minute and one per conne
 (``HealthBucket``: sends, successes, a fixed histogram of send times) and to the connector's
 ``ConnectorHealth`` row (consecutive failures, last error), each as ONE multi-row upsert whose
 update adds (``INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n``: the same SQL on PostgreSQL
-and SQLite; ``bulk_create(update_conflicts=True)`` can only overwrite). Concurrent recorders
+and SQLite; ``bulk_create(update_conflicts=True)`` can only overwrite); on PostgreSQL the two go
+as one statement. Concurrent recorders
 therefore both count, and a rolled-back batch counts nothing. ``commands.health_figures`` reads at most
 60 + 24 buckets per connector, whatever the number of attempts: three queries for any page.
 
@@ -134,15 +135,26 @@ def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None)
          stamp(run.last_send_at)]
         for cid, run in runs.items()
     ]  # fmt: skip
+    statements = [
+        _upsert(sql, table_rows[i : i + UPSERT_ROWS])
+        for sql, table_rows in ((_BUCKET_UPSERT, bucket_rows), (_RUN_UPSERT, run_rows))
+        for i in range(0, len(table_rows), UPSERT_ROWS)
+    ]
+    if connection.vendor == "postgresql" and len(statements) == 2:
+        # A recorder's batch, in one round trip: the buckets' upsert as a data-modifying WITH of
+        # the runs', which PostgreSQL runs to completion whether the rest reads it or not.
+        (bucket_sql, bucket_params), (run_sql, run_params) = statements
+        statements = [(f"WITH buckets AS ({bucket_sql}) {run_sql}", bucket_params + run_params)]
     with connection.cursor() as cursor:
-        for sql, table_rows in ((_BUCKET_UPSERT, bucket_rows), (_RUN_UPSERT, run_rows)):
-            for i in range(0, len(table_rows), UPSERT_ROWS):
-                chunk = table_rows[i : i + UPSERT_ROWS]
-                marks = "(" + ", ".join(["%s"] * len(chunk[0])) + ")"
-                cursor.execute(
-                    sql.format(values=", ".join([marks] * len(chunk))), [v for r in chunk for v in r]
-                )
+        for sql, params in statements:
+            cursor.execute(sql, params)
     return counted
+
+
+def _upsert(sql: str, rows: list[list]) -> tuple[str, list]:
+    """``sql`` (an upsert with ``{values}``) for ``rows``, and its parameters."""
+    marks = "(" + ", ".join(["%s"] * len(rows[0])) + ")"
+    return sql.format(values=", ".join([marks] * len(rows))), [value for row in rows for value in row]
 
 
 _BT = HealthBucket._meta.db_table

@@ -19,6 +19,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from ankusa_site.core.stock import stock
 from commands import health, health_figures, retention
 from commands.dispatch import adapters
 from commands.dispatch.outcomes import record_outcomes
@@ -114,6 +115,18 @@ def test_a_send_slower_than_the_last_bound_reads_more_than_it(make_connector):
     record(sent(crm, NOW, 400, True))
     window = health_figures.figures([crm.pk], NOW)[crm.pk].hour
     assert window.as_dict()["p95_s"] is None and window.as_dict()["p95"] == "> 300 s"
+
+
+def test_a_batch_adds_to_the_summary_in_one_statement_on_postgresql(make_connector):
+    if connection.vendor != "postgresql" or stock("sql"):
+        pytest.skip("SQLite and the stock ORM write the buckets and the runs apart")
+    crm, erp = make_connector("crm"), make_connector("erp")
+    sends = [sent(crm, NOW, 0.1, True), sent(crm, NOW, 0.1, False), sent(erp, NOW, 0.1, True)]
+    with CaptureQueriesContext(connection) as captured:
+        health.record(sends)
+    assert len(captured) == 1
+    assert HealthBucket.objects.filter(span=MINUTE).count() == 2
+    assert ConnectorHealth.objects.get(connector=crm).consecutive_failures == 1
 
 
 def test_the_stock_upsert_writes_what_the_sql_one_writes(make_connector, settings):
