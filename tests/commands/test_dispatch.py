@@ -465,7 +465,9 @@ def test_a_round_on_the_redis_queue_sends_after_commit_and_recovers_lost_items(
 def test_sends_in_flight_hold_no_database_connection_each(make_connector, make_command, queue, sink):
     from django.db.backends.signals import connection_created
 
-    sink.delay = 0.1
+    # Long enough that the first send is still answered while the 32nd starts, on a busy machine
+    # too (at 0.1 s a loaded suite run once saw 26 at once).
+    sink.delay = 0.5
     for n in range(4):
         connector = make_connector(f"c{n}", url=sink.url, max_in_flight=8)
         for _ in range(8):
