@@ -22,6 +22,11 @@ Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. P
   CPU ms per webhook (one command each) of each process kind: ``intake`` (gunicorn's workers),
   ``dispatch``, ``postgresql`` and ``redis`` (every process of the server, whoever it serves),
   ``receiver``, ``load`` (this process);
+* ``e2e_p50_ms_site_half_load`` / ``e2e_p99_ms_site_half_load`` — when intake could not take the
+  rate offered (``achieved_per_s`` below ``SATURATED`` of ``offered_per_s``: the machine was
+  full), the same latency once more at half of what it took (``site_half_load_per_s``), with
+  ``machine_busy_site_half_load``: the tail of a machine half loaded end to end, where the issue's
+  rate loads the dispatcher half and the machine wholly; all four null when it took the rate;
 * ``celery_hop_p50_ms`` — the anchor, measured once in the same run: ``apply_async`` of an empty
   task → the task starts, a Celery worker (``--pool solo``, the site's settings:
   ``bench/celery_hop.py``) on the same Redis, one task at a time with pauses between;
@@ -90,6 +95,11 @@ def machine_busy() -> tuple[float, float]:
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
+def busy_share(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The share of the machine's CPU busy between two ``machine_busy()`` readings."""
+    return round((after[0] - before[0]) / max(1, after[1] - before[1]), 2)
+
+
 def process_cpu(pids) -> float:
     """CPU seconds (user and system) the processes ``pids`` used so far; those gone count 0."""
     total = 0
@@ -122,6 +132,17 @@ def renice(pids: list[int], niceness: int) -> None:
     for pid in pids:
         for task in os.listdir(f"/proc/{pid}/task"):
             os.setpriority(os.PRIO_PROCESS, int(task), niceness)
+
+
+# Intake took less than this share of the rate offered: the machine could not carry the loaded
+# phase, and what intake took is what the whole site sustains on it.
+SATURATED = 0.95
+
+
+def site_half_rate(offered: float, achieved: float) -> float | None:
+    """Half of what the site took in, when it could not take what was offered; else None (the
+    loaded phase already left the machine room)."""
+    return achieved / 2 if achieved < SATURATED * offered else None
 
 
 def ms(seconds: float) -> float:
@@ -381,8 +402,16 @@ def main() -> None:
                 busy_before, cpu_before = machine_busy(), run.cpu()
                 loaded, achieved = run.load(offered, load_s)
                 busy_after, cpu_after = machine_busy(), run.cpu()
+                site_rate, site_loaded, site_busy = site_half_rate(offered, achieved), None, None
+                if site_rate is not None:
+                    before = machine_busy()
+                    site_loaded, _ = run.load(site_rate, load_s)
+                    site_busy = busy_share(before, machine_busy())
             finally:
                 run.stop()
+            site_ms = (None, None)
+            if site_loaded is not None:
+                site_ms = (ms(statistics.median(site_loaded)), ms(percentile(site_loaded, 0.99)))
             result = {
                 "e2e_p50_ms_idle": ms(statistics.median(idle)),
                 "e2e_p99_ms_idle": ms(percentile(idle, 0.99)),
@@ -393,13 +422,15 @@ def main() -> None:
                 "dispatch_per_s": round(per_s, 1),
                 "offered_per_s": round(offered, 1),
                 "achieved_per_s": round(achieved, 1),
-                "machine_busy_half_load": round(
-                    (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1]), 2
-                ),
+                "machine_busy_half_load": busy_share(busy_before, busy_after),
                 "half_load_cpu_ms": {
                     kind: round(1000 * (cpu_after[kind] - cpu_before[kind]) / len(loaded), 2)
                     for kind in cpu_after
                 },
+                "site_half_load_per_s": None if site_rate is None else round(site_rate, 1),
+                "e2e_p50_ms_site_half_load": site_ms[0],
+                "e2e_p99_ms_site_half_load": site_ms[1],
+                "machine_busy_site_half_load": site_busy,
                 "idle_n": len(idle),
                 "half_load_n": len(loaded),
             }

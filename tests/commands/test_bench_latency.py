@@ -1,6 +1,7 @@
 """``bench/latency.py`` (PostgreSQL) still runs, short, and ends with its JSON line: both queues'
 figures, every webhook seen by the receiver (a smoke test, not a measurement); its ``--web-nice``
-reaches every thread of gunicorn's processes."""
+reaches every thread of gunicorn's processes; its second loaded phase runs only when the first
+filled the machine."""
 
 import json
 import os
@@ -19,6 +20,14 @@ KEYS = (
     "e2e_p99_ms_half_load",
     "celery_hop_p50_ms",
     "e2e_vs_celery_hop_p50",
+)
+
+# The second loaded phase's: all null when the first took the rate offered.
+SITE_KEYS = (
+    "site_half_load_per_s",
+    "e2e_p50_ms_site_half_load",
+    "e2e_p99_ms_site_half_load",
+    "machine_busy_site_half_load",
 )
 
 
@@ -47,6 +56,8 @@ def test_the_latency_benchmark_runs_in_quick_mode_on_both_queues(service_env, re
         assert all(queue[key] > 0 for key in KEYS), queue
         # Every webhook of each phase was measured: the receiver got each command.
         assert queue["idle_n"] == 8 and queue["half_load_n"] > 0
+        site = [queue[key] for key in SITE_KEYS]
+        assert site == [None] * 4 or all(value > 0 for value in site), queue
 
 
 def test_web_nice_reaches_every_thread_of_the_processes_it_names():
@@ -63,3 +74,10 @@ def test_web_nice_reaches_every_thread_of_the_processes_it_names():
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_site_half_load_runs_only_when_intake_could_not_take_the_rate_offered():
+    from bench.latency import site_half_rate
+
+    assert site_half_rate(offered=500.0, achieved=300.0) == 150.0  # the machine was full
+    assert site_half_rate(offered=500.0, achieved=490.0) is None  # it took the rate: room left
