@@ -14,9 +14,9 @@ rows — adds the batch to one bucket per connector and minute and one per conne
 ``ConnectorHealth`` row (consecutive failures, last error), each as ONE multi-row upsert whose
 update adds (``INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n``: the same SQL on PostgreSQL
 and SQLite; ``bulk_create(update_conflicts=True)`` can only overwrite); on PostgreSQL the two go
-as one statement. Concurrent recorders therefore both count, and a rolled-back batch counts
-nothing. ``commands.health_figures`` reads at most 60 + 24 buckets per connector, whatever the
-number of attempts: three queries for any page.
+as one prepared statement, the rows as JSON. Concurrent recorders therefore both count, and a
+rolled-back batch counts nothing. ``commands.health_figures`` reads at most 60 + 24 buckets per
+connector, whatever the number of attempts: three queries for any page.
 
 Guaranteed: the figures are those of the sends the recorder wrote (``ok`` true or false). Not
 counted: a send whose worker died (``WorkerLost``, outcome unknown: it shows as a command waiting
@@ -30,6 +30,7 @@ does); old buckets go with ``manage.py prune`` (``commands.retention``).
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from ankusa_site.core.prepared import execute_prepared
 from ankusa_site.core.stock import stock
 from commands.models.health import (
     BIN_FIELDS,
@@ -127,7 +129,9 @@ def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None)
         _orm_buckets(buckets)
         _orm_runs(runs)
         return counted
-    stamp = connection.ops.adapt_datetimefield_value
+    postgresql = connection.vendor == "postgresql"
+    # PostgreSQL reads the rows as JSON (ISO times); SQLite takes them as parameters.
+    stamp = datetime.isoformat if postgresql else connection.ops.adapt_datetimefield_value
     bucket_rows = [[cid, span, stamp(start), *counts] for (cid, span, start), counts in buckets.items()]
     run_rows = [
         [cid, run.failures, *(run.error[:2] if run.error else ("", "")),
@@ -135,31 +139,41 @@ def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None)
          stamp(run.last_send_at)]
         for cid, run in runs.items()
     ]  # fmt: skip
-    statements = [
-        _upsert(sql, table_rows[i : i + UPSERT_ROWS])
-        for sql, table_rows in ((_BUCKET_UPSERT, bucket_rows), (_RUN_UPSERT, run_rows))
-        for i in range(0, len(table_rows), UPSERT_ROWS)
-    ]
-    if connection.vendor == "postgresql" and len(statements) == 2:
-        # A recorder's batch, in one round trip: the buckets' upsert as a data-modifying WITH of
-        # the runs', which PostgreSQL runs to completion whether the rest reads it or not.
-        (bucket_sql, bucket_params), (run_sql, run_params) = statements
-        statements = [(f"WITH buckets AS ({bucket_sql}) {run_sql}", bucket_params + run_params)]
+    if postgresql:
+        # Both upserts as one prepared statement, whatever the batch's size: the rows go as two JSON
+        # parameters the server unpacks into the tables' own row types (as intake's write), so the
+        # text is the same for every batch (planned once a connection) and the driver quotes two
+        # strings instead of 21 values a row. The buckets' upsert is a data-modifying WITH of the
+        # runs', which PostgreSQL runs to completion whether the rest reads it or not.
+        params = [
+            json.dumps([dict(zip(columns, row, strict=True)) for row in rows])
+            for columns, rows in ((_BUCKET_COLUMNS, bucket_rows), (_RUN_COLUMNS, run_rows))
+        ]
+        execute_prepared(connection, _ONE_UPSERT_POSTGRESQL, params)
+        return counted
     with connection.cursor() as cursor:
-        for sql, params in statements:
-            cursor.execute(sql, params)
+        for sql, table_rows in ((_BUCKET_UPSERT, bucket_rows), (_RUN_UPSERT, run_rows)):
+            for i in range(0, len(table_rows), UPSERT_ROWS):
+                cursor.execute(*_upsert(sql, table_rows[i : i + UPSERT_ROWS]))
     return counted
 
 
 def _upsert(sql: str, rows: list[list]) -> tuple[str, list]:
-    """``sql`` (an upsert with ``{values}``) for ``rows``, and its parameters."""
+    """``sql`` (an upsert with ``{rows}``) for ``rows`` as ``VALUES``, and its parameters."""
     marks = "(" + ", ".join(["%s"] * len(rows[0])) + ")"
-    return sql.format(values=", ".join([marks] * len(rows))), [value for row in rows for value in row]
+    values = "VALUES " + ", ".join([marks] * len(rows))
+    return sql.format(rows=values), [value for row in rows for value in row]
+
+
+def _from_json(table: str, columns: tuple[str, ...]) -> str:
+    """PostgreSQL: the rows of a JSON parameter (objects by column) as ``table``'s row type."""
+    return f"SELECT {', '.join(columns)} FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb)"
 
 
 _BT = HealthBucket._meta.db_table
+_BUCKET_COLUMNS = ("connector_id", "span", "start", "sends", "ok", *BIN_FIELDS)
 _BUCKET_UPSERT = (
-    f"INSERT INTO {_BT} (connector_id, span, start, sends, ok, {', '.join(BIN_FIELDS)}) VALUES {{values}} "
+    f"INSERT INTO {_BT} ({', '.join(_BUCKET_COLUMNS)}) {{rows}} "
     "ON CONFLICT (connector_id, span, start) DO UPDATE SET "
     + ", ".join(f"{name} = {_BT}.{name} + excluded.{name}" for name in ("sends", "ok", *BIN_FIELDS))
 )
@@ -167,9 +181,17 @@ _HT = ConnectorHealth._meta.db_table
 # A batch with a success restarts the run at its failures after that success; one without adds
 # to it. The last error and success are the newer of the stored and the batch's.
 _NEWER_ERROR = f"excluded.last_error_at IS NOT NULL AND ({_HT}.last_error_at IS NULL OR excluded.last_error_at >= {_HT}.last_error_at)"
+_RUN_COLUMNS = (
+    "connector_id",
+    "consecutive_failures",
+    "last_error_class",
+    "last_error",
+    "last_error_at",
+    "last_ok_at",
+    "last_send_at",
+)
 _RUN_UPSERT = (
-    f"INSERT INTO {_HT} (connector_id, consecutive_failures, last_error_class, last_error, last_error_at, "
-    "last_ok_at, last_send_at) VALUES {values} ON CONFLICT (connector_id) DO UPDATE SET "
+    f"INSERT INTO {_HT} ({', '.join(_RUN_COLUMNS)}) {{rows}} ON CONFLICT (connector_id) DO UPDATE SET "
     f"consecutive_failures = CASE WHEN excluded.last_ok_at IS NOT NULL THEN excluded.consecutive_failures "
     f"ELSE {_HT}.consecutive_failures + excluded.consecutive_failures END, "
     + ", ".join(
@@ -180,6 +202,12 @@ _RUN_UPSERT = (
     f"{_HT}.last_ok_at > excluded.last_ok_at) THEN {_HT}.last_ok_at ELSE excluded.last_ok_at END"
     f", last_send_at = CASE WHEN {_HT}.last_send_at > excluded.last_send_at THEN {_HT}.last_send_at "
     "ELSE excluded.last_send_at END"
+)
+
+
+_ONE_UPSERT_POSTGRESQL = (
+    f"WITH buckets AS ({_BUCKET_UPSERT.format(rows=_from_json(_BT, _BUCKET_COLUMNS))}) "
+    + _RUN_UPSERT.format(rows=_from_json(_HT, _RUN_COLUMNS))
 )
 
 

@@ -127,6 +127,17 @@ def test_a_batch_adds_to_the_summary_in_one_statement_on_postgresql(make_connect
     assert len(captured) == 1
     assert HealthBucket.objects.filter(span=MINUTE).count() == 2
     assert ConnectorHealth.objects.get(connector=crm).consecutive_failures == 1
+    # More buckets than SQLite's statements take, in the same statement text (kept prepared).
+    minutes = health.UPSERT_ROWS + 10
+    many = [sent(erp, NOW - timedelta(minutes=n), 0.1, True) for n in range(minutes)]
+    with CaptureQueriesContext(connection) as again:
+        health.record(many)
+    assert len(again) == 1
+    if not stock("prepared"):  # Django's cursor logs the statement with its values in it
+        assert again[0]["sql"].split(" -- ")[0] == captured[0]["sql"].split(" -- ")[0]
+    assert HealthBucket.objects.filter(connector=erp, span=MINUTE).count() == minutes
+    hours = HealthBucket.objects.filter(connector=erp, span=HOUR)
+    assert sum(hours.values_list("sends", flat=True)) == minutes + 1
 
 
 def test_the_stock_upsert_writes_what_the_sql_one_writes(make_connector, settings):
