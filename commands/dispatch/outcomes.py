@@ -18,7 +18,7 @@ from ankusa_site.core.logs import log_event
 from commands import health
 from commands.dispatch import hold
 from commands.dispatch.sends import Sent
-from commands.dispatch.statements import finish_recovered, finish_sends, insert_attempts
+from commands.dispatch.statements import finish_recovered, finish_sends, finish_with_attempts, insert_attempts
 from commands.lifecycle import decide_for, with_commit
 from commands.states import Event, State
 from queues.fifo import Item, ReliableFIFO
@@ -93,9 +93,9 @@ def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) ->
         for (event, attempt, changes), group in groups.items():
             if together:
                 # Only recover() competes for a dispatching row, and only after the visibility
-                # timeout: the group moves whole, or the batch is redone row by row.
-                ids = [one.command.pk for one in group]
-                if finish_sends(ids, attempt, event, now, dict(changes)) != len(ids):
+                # timeout: the group moves whole, with its attempt rows, or the batch is redone row
+                # by row.
+                if finish_with_attempts(group, attempt, event, now, dict(changes)) != len(group):
                     raise _Recovered
                 recorded.extend(group)
                 continue
@@ -114,7 +114,8 @@ def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) ->
                         "command %s was recovered while attempt %s was in flight", one.command.pk, attempt
                     )
                     results["stale"] += 1
-        insert_attempts(recorded)
+        if not together:
+            insert_attempts(recorded)
         hold.observe(recorded, now)  # outage holds: counted with the outcomes they count
         health.record(recorded)  # the connector health summary, in the same transaction
         results.update(State.SUCCEEDED.value if one.outcome.ok else State.FAILED.value for one in recorded)

@@ -1,6 +1,7 @@
 """The loop's hot SQL, written out per database vendor: the ``queued → dispatching`` starts
-(:func:`start_sends`), the finishes (:func:`finish_sends`), undoing a start that sent nothing
-(:func:`undo_starts`), the attempt rows (:func:`insert_attempts`), the commands loaded for sending
+(:func:`start_sends`), the finishes (:func:`finish_sends`, and with their attempt rows
+:func:`finish_with_attempts`), undoing a start that sent nothing (:func:`undo_starts`), the attempt
+rows (:func:`insert_attempts`), the commands loaded for sending
 (:func:`load_for_sending`) and the outage hold's look at a batch's connectors (:func:`failing_or_held`).
 
 Each stands for an ORM call it names (``ANKUSA_STOCK_DJANGO`` runs that call instead) and changes a
@@ -188,6 +189,36 @@ def insert_attempts(sent: list[Sent]) -> None:
             for one in sent
         )
         return
+    sql, params = _attempt_rows(sent)
+    if connection.vendor == "postgresql":
+        execute_prepared(connection, sql, params)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def finish_with_attempts(sent: list[Sent], attempt: int, event: str, now: datetime, changes: dict) -> int:
+    """:func:`finish_sends` for the commands of ``sent`` (one group: the same attempt, event and
+    changes), and their attempt rows (:func:`insert_attempts`) if every one moved; returns how many
+    moved. On PostgreSQL one statement, whose rows are written only for the commands it moved
+    (``WITH moved AS (UPDATE … RETURNING id) INSERT …``): a round trip less a batch."""
+    if connection.vendor != "postgresql" or stock("sql"):  # stock: ANKUSA_STOCK_DJANGO
+        moved = finish_sends([one.command.pk for one in sent], attempt, event, now, changes)
+        if moved == len(sent):
+            insert_attempts(sent)
+        return moved
+    finish_sql, finish_params = finish_statement(
+        [one.command.pk for one in sent], attempt, event, now, changes, connection
+    )
+    insert_sql, insert_params = _attempt_rows(sent)
+    sql = (
+        f"WITH moved AS ({finish_sql} RETURNING id) {insert_sql} WHERE r.command_id IN (SELECT id FROM moved)"
+    )
+    return execute_prepared(connection, sql, finish_params + insert_params)[1]
+
+
+def _attempt_rows(sent: list[Sent]) -> tuple[str, list]:
+    """The INSERT of ``sent``'s attempt rows on this connection, and its one parameter."""
     sql, others = _attempt_insert(connection.vendor)
     stamp = connection.ops.adapt_datetimefield_value
     defaults = {field.attname: field.get_db_prep_save(field.get_default(), connection) for field in others}
@@ -209,12 +240,7 @@ def insert_attempts(sent: list[Sent]) -> None:
         }
         for one in sent
     ]
-    params = [json.dumps(rows, default=_json_value)]
-    if connection.vendor == "postgresql":
-        execute_prepared(connection, sql, params)
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    return sql, [json.dumps(rows, default=_json_value)]
 
 
 # The fields insert_attempts sets itself; the others get their defaults.
