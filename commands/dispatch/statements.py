@@ -1,8 +1,8 @@
 """The loop's hot SQL, written out per database vendor: the ``queued → dispatching`` starts
 (:func:`start_sends`), the finishes (:func:`finish_sends`, and with their attempt rows
 :func:`finish_with_attempts`), undoing a start that sent nothing (:func:`undo_starts`), the attempt
-rows (:func:`insert_attempts`), the commands loaded for sending
-(:func:`load_for_sending`) and the outage hold's look at a batch's connectors (:func:`failing_or_held`).
+rows (:func:`insert_attempts`), the commands loaded for sending (:func:`load_for_sending`) and the
+outage hold's look at a batch's connectors (:func:`failing_or_held`).
 
 Each stands for an ORM call it names (``ANKUSA_STOCK_DJANGO`` runs that call instead) and changes a
 command only under the same condition: a start needs the command ``queued`` at the attempt before, a
