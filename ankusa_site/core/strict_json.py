@@ -5,6 +5,7 @@ database we run on (no NUL or lone surrogate, no number PostgreSQL's ``numeric``
 ``parse_json`` answers ``(document, text)`` or a :class:`Refusal` (400 and what is wrong): the
 webhook intake, the REST parser and the admin's JSON fields all use it, so one document is
 answered the same way at each door. It does NOT judge the document's shape (that is the caller's).
+``storable`` makes text we keep but did not choose (a receiver's answer) storable instead.
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ class Refusal:
 
 # Strings that PostgreSQL's jsonb (and text) cannot hold: NUL and lone surrogates ("\ud800").
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """``text`` with what PostgreSQL's text and jsonb cannot hold (NUL, lone surrogates) replaced by
+    U+FFFD: for text we keep but did not choose, such as a receiver's answer."""
+    return _UNSTORABLE.sub("\ufffd", text) if _UNSTORABLE.search(text) else text
+
+
 # Deeper than this is not an event, it is an attack on a recursive parser somewhere downstream.
 MAX_JSON_DEPTH = 64
 

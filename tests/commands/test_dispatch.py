@@ -354,6 +354,19 @@ def test_duplicate_and_stale_items_send_a_command_once(make_connector, make_comm
     assert [item.payload for item in dispatcher.queue.peek("failed", 5)] == [{"bogus": True}]
 
 
+def test_an_answer_holding_what_the_database_cannot_store_is_recorded_with_it_replaced(
+    make_connector, make_command, dispatcher, clock, sink
+):
+    # A NUL in the answer used to fail every write of the outcome: never recorded, never retried.
+    sink.respond = lambda request, nth: (503, {}, b'{"error": "down\x00"}')
+    command = make_command(make_connector(url=sink.url))
+    sweep()
+    assert dispatcher.drain().results == {"failed": 1}
+    [attempt] = Attempt.objects.filter(command=command)
+    assert attempt.response_excerpt == '{"error": "down\ufffd"}'
+    assert Command.objects.get(pk=command.pk).state == State.FAILED
+
+
 def test_sends_run_concurrently_but_never_more_than_the_cap_per_connector(
     make_connector, make_command, queue, sink
 ):

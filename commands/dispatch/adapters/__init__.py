@@ -22,7 +22,9 @@ awaits an adapter's ``send_async`` when it has one), which adds what no adapter 
   otherwise show it back. Masked are the secret and its credential alone (``Bearer <this>``), as
   is, as Python prints it, JSON-escaped as the common encoders do it (Go's, .NET's, PHP's),
   percent-encoded or HTML-escaped, and the start of one where an excerpt was cut. Not seen: a
-  secret in another case, split across the answer, or encoded otherwise (base64).
+  secret in another case, split across the answer, or encoded otherwise (base64);
+* what PostgreSQL cannot store (a NUL, a lone surrogate) in the answer or a raised message is
+  replaced by U+FFFD: an outcome that no database write takes would never be recorded.
 
 What this does not guarantee: an ``ok`` outcome means the receiver answered success, not that it
 acted; a failure may still have been acted on (a read timeout after the receiver took it) — that
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, quote_plus
 
+from ankusa_site.core.strict_json import storable
 from commands.retry import Outlook
 
 if TYPE_CHECKING:
@@ -160,17 +163,19 @@ def _raised(command: Command, exc: Exception) -> Outcome:
     else:
         detail, exc_info = str(exc), (type(exc), exc, exc.__traceback__)
     logger.error("adapter %s raised for command %s", connector.kind, command.pk, exc_info=exc_info)
-    return Outcome(ok=False, outlook=None, detail=detail[:EXCERPT_CHARS], error_class=name)
+    return Outcome(ok=False, outlook=None, detail=storable(detail[:EXCERPT_CHARS]), error_class=name)
 
 
 def _shown(outcome: Outcome, connector: Connector) -> Outcome:
-    """``outcome`` with the connector's secret masked in what the receiver answered."""
-    if not connector.secret:
+    """``outcome`` with the connector's secret masked in what the receiver answered, and what the
+    database cannot store replaced (a NUL in an answer would fail every write of the outcome)."""
+    excerpt, detail = storable(outcome.excerpt), storable(outcome.detail)
+    if connector.secret:
+        forms = _secret_forms(connector.secret)
+        excerpt, detail = masked(excerpt, forms), masked(detail, forms)
+    if (excerpt, detail) == (outcome.excerpt, outcome.detail):
         return outcome
-    forms = _secret_forms(connector.secret)
-    return dataclasses.replace(
-        outcome, excerpt=masked(outcome.excerpt, forms), detail=masked(outcome.detail, forms)
-    )
+    return dataclasses.replace(outcome, excerpt=excerpt, detail=detail)
 
 
 MASK = "[redacted]"
