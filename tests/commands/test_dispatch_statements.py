@@ -17,7 +17,7 @@ from commands.dispatch import adapters, rounds, senders
 from commands.dispatch.dispatcher import Dispatcher
 from commands.dispatch.rounds import run_round
 from commands.dispatch.senders import _Starts
-from commands.dispatch.sends import Sent, Unstarted, _Entry
+from commands.dispatch.sends import WORKER_LOST, Sent, Unstarted, _Entry
 from commands.dispatch.statements import (
     BOOKKEEPING_FIELDS,
     failing_or_held,
@@ -164,7 +164,10 @@ def test_a_group_writes_its_attempt_rows_only_if_every_command_moved(make_connec
     current, recovered, other = (
         make_command(connector, state=State.DISPATCHING, attempts=1) for _ in range(3)
     )
-    Command.objects.filter(pk=recovered.pk).update(state=State.FAILED)  # recover() took it for lost
+    # recover() took it for lost: failed, with its attempt row (a second row for attempt 1 would
+    # break the unique number).
+    Command.objects.filter(pk=recovered.pk).update(state=State.FAILED, last_error_class=WORKER_LOST)
+    Attempt.objects.create(command=recovered, number=1, started_at=T0, ok=False, error_class=WORKER_LOST)
     done = adapters.Outcome(ok=True, status=200)
 
     def sends(*commands: Command) -> list[Sent]:
@@ -178,7 +181,9 @@ def test_a_group_writes_its_attempt_rows_only_if_every_command_moved(make_connec
     assert finish_with_attempts(sends(other, recovered), 1, Event.SUCCEED, T0, changes) == 1
     # The recorder then redoes that batch row by row; this statement wrote no row for it. On
     # PostgreSQL the one that moved has its row, in the transaction the recorder rolls back.
-    assert Attempt.objects.filter(command=recovered).count() == 0
+    assert list(Attempt.objects.filter(command=recovered).values_list("error_class", flat=True)) == [
+        WORKER_LOST
+    ]
     assert Attempt.objects.filter(command=current).count() == 1
     assert states(current, recovered) == [(State.SUCCEEDED, 1), (State.FAILED, 1)]
 
