@@ -334,6 +334,29 @@ def celery_hops(env: dict, n: int, log_dir: Path) -> list[float]:
     return hops
 
 
+def table(figures: dict) -> list[str]:
+    """The run's figures as rows, the database queue's beside the Redis queue's.
+
+    A key one queue lacks, or holds as null (a phase that did not run there), shows as "-".
+    """
+    redis_figures = figures.get("redis_queue", {})
+
+    def cell(value) -> str:
+        return "-" if value is None else str(value)
+
+    rows = [f"{'measure':<30}{'database':>12}{'redis':>12}"]
+    for key in [k for k in dict.fromkeys((*figures, *redis_figures)) if k not in ("redis_queue", "quick")]:
+        database, other = figures.get(key), redis_figures.get(key)
+        if isinstance(database, dict) or isinstance(other, dict):  # one row per part
+            database, other = (value if isinstance(value, dict) else {} for value in (database, other))
+            for part in dict.fromkeys((*database, *other)):
+                row = f"{key}.{part}"
+                rows.append(f"{row:<30}{cell(database.get(part)):>12}{cell(other.get(part)):>12}")
+        else:
+            rows.append(f"{key:<30}{cell(database):>12}{cell(other):>12}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short phases (a smoke test, not a measurement)")
@@ -445,17 +468,7 @@ def main() -> None:
     figures["quick"] = args.quick
     if args.web_nice:
         figures["web_nice"] = args.web_nice
-    redis_figures = figures.get("redis_queue", {})
-    print(f"{'measure':<30}{'database':>12}{'redis':>12}")
-    for key in [k for k in dict.fromkeys((*figures, *redis_figures)) if k not in ("redis_queue", "quick")]:
-        database, other = figures.get(key, "-"), redis_figures.get(key, "-")
-        if isinstance(database, dict) or isinstance(other, dict):  # one row per part
-            database, other = (value if isinstance(value, dict) else {} for value in (database, other))
-            for part in dict.fromkeys((*database, *other)):
-                row = f"{key}.{part}"
-                print(f"{row:<30}{database.get(part, '-'):>12}{other.get(part, '-'):>12}")
-        else:
-            print(f"{key:<30}{database:>12}{other:>12}")
+    print("\n".join(table(figures)))
     print(json.dumps(figures))
 
 

@@ -81,3 +81,18 @@ def test_the_site_half_load_runs_only_when_intake_could_not_take_the_rate_offere
 
     assert site_half_rate(offered=500.0, achieved=300.0) == 150.0  # the machine was full
     assert site_half_rate(offered=500.0, achieved=490.0) is None  # it took the rate: room left
+
+
+def test_the_table_shows_a_phase_that_ran_on_one_queue_only_as_a_dash_on_the_other():
+    from bench.latency import table
+
+    figures = {
+        "e2e_p99_ms_site_half_load": None,
+        "cpu": {"web": 1.5},
+        "redis_queue": {"e2e_p99_ms_site_half_load": 26.0, "cpu": {"web": None, "worker": 0.5}},
+        "quick": False,
+    }
+    rows = table(figures)
+    assert rows[1].split() == ["e2e_p99_ms_site_half_load", "-", "26.0"]
+    assert rows[2].split() == ["cpu.web", "1.5", "-"]
+    assert rows[3].split() == ["cpu.worker", "-", "0.5"]
