@@ -63,7 +63,24 @@ UPSERT_ROWS = 400  # rows per statement: 21 parameters each stays under SQLite's
 def record(sent: Iterable) -> None:
     """Add the recorder's finished sends (``commands.dispatch.sends.Sent``) to the summary: call inside
     the transaction that writes their attempt rows."""
-    record_rows(
+    record_rows(_send_rows(sent))
+
+
+def in_statement(sent: Iterable) -> tuple[list[str], list] | None:
+    """:func:`record` of ``sent`` for the caller's own statement (PostgreSQL, the recorder's one
+    statement a batch): the two upserts, each a data-modifying SQL statement for the caller's
+    ``WITH``, and their parameters in that order. None where :func:`record` is not these upserts
+    (SQLite, ``ANKUSA_STOCK_DJANGO``'s ``sql`` layer) or ``sent`` is empty."""
+    if connection.vendor != "postgresql" or stock("sql"):
+        return None
+    _, bucket_rows, run_rows = _summary(_send_rows(sent))
+    if not run_rows:
+        return None
+    return [_BUCKET_UPSERT_POSTGRESQL, _RUN_UPSERT_POSTGRESQL], _json_rows(bucket_rows, run_rows)
+
+
+def _send_rows(sent: Iterable):
+    return (
         (
             one.command.connector_id,
             one.started,
@@ -101,6 +118,34 @@ def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None)
     were recorded, to the summary: one upsert for the buckets and one for the connectors.
     ``minutes_since``: minute buckets before it are left out (a backfill needs the last hour's).
     Returns how many sends it added."""
+    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's read-modify-write these upserts stand for
+        counted, buckets, runs = _summed(rows, minutes_since)
+        if runs:
+            _orm_buckets(buckets)
+            _orm_runs(runs)
+        return counted
+    counted, bucket_rows, run_rows = _summary(rows, minutes_since)
+    if not run_rows:
+        return 0
+    if connection.vendor == "postgresql":
+        # Both upserts as one prepared statement, whatever the batch's size: the rows go as two JSON
+        # parameters the server unpacks into the tables' own row types (as intake's write), so the
+        # text is the same for every batch (planned once a connection) and the driver quotes two
+        # strings instead of 21 values a row. The buckets' upsert is a data-modifying WITH of the
+        # runs', which PostgreSQL runs to completion whether the rest reads it or not.
+        execute_prepared(connection, _ONE_UPSERT_POSTGRESQL, _json_rows(bucket_rows, run_rows))
+        return counted
+    with connection.cursor() as cursor:
+        for sql, table_rows in ((_BUCKET_UPSERT, bucket_rows), (_RUN_UPSERT, run_rows)):
+            for i in range(0, len(table_rows), UPSERT_ROWS):
+                cursor.execute(*_upsert(sql, table_rows[i : i + UPSERT_ROWS]))
+    return counted
+
+
+def _summed(
+    rows: Iterable[tuple], minutes_since: datetime | None = None
+) -> tuple[int, dict, dict[int, _Run]]:
+    """How many sends ``rows`` holds, their counts by bucket, and their runs by connector."""
     counted = 0
     buckets: dict[tuple[int, int, datetime], list[int]] = {}
     runs: dict[int, _Run] = {}
@@ -123,15 +168,16 @@ def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None)
             run.failures += 1
             if run.error is None or finished >= run.error[2]:
                 run.error = (error_class or "", (error or "")[:ERROR_CHARS], finished)
-    if not runs:
-        return 0
-    if stock("sql"):  # ANKUSA_STOCK_DJANGO: the ORM's read-modify-write these upserts stand for
-        _orm_buckets(buckets)
-        _orm_runs(runs)
-        return counted
-    postgresql = connection.vendor == "postgresql"
+    return counted, buckets, runs
+
+
+def _summary(rows: Iterable[tuple], minutes_since: datetime | None = None) -> tuple[int, list, list]:
+    """:func:`_summed` as the upserts' rows on this connection: ``(count, bucket rows, run rows)``."""
+    counted, buckets, runs = _summed(rows, minutes_since)
     # PostgreSQL reads the rows as JSON (ISO times); SQLite takes them as parameters.
-    stamp = datetime.isoformat if postgresql else connection.ops.adapt_datetimefield_value
+    stamp = (
+        datetime.isoformat if connection.vendor == "postgresql" else connection.ops.adapt_datetimefield_value
+    )
     bucket_rows = [[cid, span, stamp(start), *counts] for (cid, span, start), counts in buckets.items()]
     run_rows = [
         [cid, run.failures, *(run.error[:2] if run.error else ("", "")),
@@ -139,23 +185,15 @@ def record_rows(rows: Iterable[tuple], *, minutes_since: datetime | None = None)
          stamp(run.last_send_at)]
         for cid, run in runs.items()
     ]  # fmt: skip
-    if postgresql:
-        # Both upserts as one prepared statement, whatever the batch's size: the rows go as two JSON
-        # parameters the server unpacks into the tables' own row types (as intake's write), so the
-        # text is the same for every batch (planned once a connection) and the driver quotes two
-        # strings instead of 21 values a row. The buckets' upsert is a data-modifying WITH of the
-        # runs', which PostgreSQL runs to completion whether the rest reads it or not.
-        params = [
-            json.dumps([dict(zip(columns, row, strict=True)) for row in rows])
-            for columns, rows in ((_BUCKET_COLUMNS, bucket_rows), (_RUN_COLUMNS, run_rows))
-        ]
-        execute_prepared(connection, _ONE_UPSERT_POSTGRESQL, params)
-        return counted
-    with connection.cursor() as cursor:
-        for sql, table_rows in ((_BUCKET_UPSERT, bucket_rows), (_RUN_UPSERT, run_rows)):
-            for i in range(0, len(table_rows), UPSERT_ROWS):
-                cursor.execute(*_upsert(sql, table_rows[i : i + UPSERT_ROWS]))
-    return counted
+    return counted, bucket_rows, run_rows
+
+
+def _json_rows(bucket_rows: list, run_rows: list) -> list[str]:
+    """PostgreSQL: the buckets' and the runs' rows as the two JSON parameters of their upserts."""
+    return [
+        json.dumps([dict(zip(columns, row, strict=True)) for row in rows])
+        for columns, rows in ((_BUCKET_COLUMNS, bucket_rows), (_RUN_COLUMNS, run_rows))
+    ]
 
 
 def _upsert(sql: str, rows: list[list]) -> tuple[str, list]:
@@ -173,14 +211,14 @@ def _from_json(table: str, columns: tuple[str, ...]) -> str:
 _BT = HealthBucket._meta.db_table
 _BUCKET_COLUMNS = ("connector_id", "span", "start", "sends", "ok", *BIN_FIELDS)
 _BUCKET_UPSERT = (
-    f"INSERT INTO {_BT} ({', '.join(_BUCKET_COLUMNS)}) {{rows}} "
+    f"INSERT INTO {_BT} AS b ({', '.join(_BUCKET_COLUMNS)}) {{rows}} "
     "ON CONFLICT (connector_id, span, start) DO UPDATE SET "
-    + ", ".join(f"{name} = {_BT}.{name} + excluded.{name}" for name in ("sends", "ok", *BIN_FIELDS))
+    + ", ".join(f"{name} = b.{name} + excluded.{name}" for name in ("sends", "ok", *BIN_FIELDS))
 )
 _HT = ConnectorHealth._meta.db_table
 # A batch with a success restarts the run at its failures after that success; one without adds
 # to it. The last error and success are the newer of the stored and the batch's.
-_NEWER_ERROR = f"excluded.last_error_at IS NOT NULL AND ({_HT}.last_error_at IS NULL OR excluded.last_error_at >= {_HT}.last_error_at)"
+_NEWER_ERROR = "excluded.last_error_at IS NOT NULL AND (h.last_error_at IS NULL OR excluded.last_error_at >= h.last_error_at)"
 _RUN_COLUMNS = (
     "connector_id",
     "consecutive_failures",
@@ -191,24 +229,23 @@ _RUN_COLUMNS = (
     "last_send_at",
 )
 _RUN_UPSERT = (
-    f"INSERT INTO {_HT} ({', '.join(_RUN_COLUMNS)}) {{rows}} ON CONFLICT (connector_id) DO UPDATE SET "
+    f"INSERT INTO {_HT} AS h ({', '.join(_RUN_COLUMNS)}) {{rows}} ON CONFLICT (connector_id) DO UPDATE SET "
     f"consecutive_failures = CASE WHEN excluded.last_ok_at IS NOT NULL THEN excluded.consecutive_failures "
-    f"ELSE {_HT}.consecutive_failures + excluded.consecutive_failures END, "
+    f"ELSE h.consecutive_failures + excluded.consecutive_failures END, "
     + ", ".join(
-        f"{name} = CASE WHEN {_NEWER_ERROR} THEN excluded.{name} ELSE {_HT}.{name} END"
+        f"{name} = CASE WHEN {_NEWER_ERROR} THEN excluded.{name} ELSE h.{name} END"
         for name in ("last_error_class", "last_error", "last_error_at")
     )
-    + f", last_ok_at = CASE WHEN excluded.last_ok_at IS NULL OR ({_HT}.last_ok_at IS NOT NULL AND "
-    f"{_HT}.last_ok_at > excluded.last_ok_at) THEN {_HT}.last_ok_at ELSE excluded.last_ok_at END"
-    f", last_send_at = CASE WHEN {_HT}.last_send_at > excluded.last_send_at THEN {_HT}.last_send_at "
+    + ", last_ok_at = CASE WHEN excluded.last_ok_at IS NULL OR (h.last_ok_at IS NOT NULL AND "
+    "h.last_ok_at > excluded.last_ok_at) THEN h.last_ok_at ELSE excluded.last_ok_at END"
+    ", last_send_at = CASE WHEN h.last_send_at > excluded.last_send_at THEN h.last_send_at "
     "ELSE excluded.last_send_at END"
 )
 
 
-_ONE_UPSERT_POSTGRESQL = (
-    f"WITH buckets AS ({_BUCKET_UPSERT.format(rows=_from_json(_BT, _BUCKET_COLUMNS))}) "
-    + _RUN_UPSERT.format(rows=_from_json(_HT, _RUN_COLUMNS))
-)
+_BUCKET_UPSERT_POSTGRESQL = _BUCKET_UPSERT.format(rows=_from_json(_BT, _BUCKET_COLUMNS))
+_RUN_UPSERT_POSTGRESQL = _RUN_UPSERT.format(rows=_from_json(_HT, _RUN_COLUMNS))
+_ONE_UPSERT_POSTGRESQL = f"WITH buckets AS ({_BUCKET_UPSERT_POSTGRESQL}) {_RUN_UPSERT_POSTGRESQL}"
 
 
 def _orm_buckets(buckets: dict) -> None:

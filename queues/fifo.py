@@ -182,6 +182,16 @@ class ReliableFIFO(abc.ABC):
     def done(self, *items: Item | int) -> int:
         """Finish busy items; returns how many were finished. An item no longer held is skipped."""
 
+    def done_in_statement(
+        self, *items: Item, using: str = DEFAULT_DB_ALIAS
+    ) -> tuple[str, list, Callable[[list[int]], int]] | None:
+        """``done(*items)`` for the caller's own statement on ``using``, or None when this queue
+        cannot be written by it (the default; see ``enqueue_in_statement``). Returns a
+        data-modifying SQL statement for the caller's ``WITH`` whose ``RETURNING`` gives the ids of
+        the items it finished, its parameters, and what to call with those ids once the statement
+        has run (it returns how many were finished, as ``done``)."""
+        return None
+
     def done_and_claim(self, *items: Item | int, n: int = 1, wait: float = 0) -> list[Item]:
         """``done(*items)`` then ``claim(n, wait)``; a backend may do both in one round trip."""
         self.done(*items)

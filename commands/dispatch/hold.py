@@ -78,20 +78,17 @@ def stopped_ids() -> list[int]:
 # --- counting -------------------------------------------------------------------------------------
 
 
-def observe(recorded: list, now: datetime) -> None:
+def observe(recorded: list, now: datetime, *, failing: list[int] | None = None) -> None:
     """Count the outcomes of ``recorded`` sends (``commands.dispatch.sends.Sent``) per connector, hold a connector
     whose run reached its threshold and release a held one that succeeded — in the caller's
     transaction (the recorder's, with the outcomes). A connector none of whose sends failed costs
-    one shared query, and a write only if it was failing or held."""
-    sends: dict[int, list] = defaultdict(list)
-    for one in recorded:
-        sends[one.command.connector_id].append(one)
-    for group in sends.values():
-        group.sort(key=lambda one: one.finished)
+    one shared query (``statements.failing_or_held`` of :func:`to_look`, or ``failing`` if the
+    caller asked it already), and a write only if it was failing or held."""
+    sends = _by_connector(recorded)
     runs = {pk: _tail(group) for pk, group in sends.items()}
     ended = [pk for pk, (tail, broken, _) in runs.items() if broken]
     if ended:  # a run ended here: only a connector that was failing or held has anything to clear
-        for pk in statements.failing_or_held(ended):
+        for pk in statements.failing_or_held(ended) if failing is None else failing:
             tail, _, succeeded = runs[pk]
             if succeeded:
                 release(pk, now)
@@ -101,6 +98,22 @@ def observe(recorded: list, now: datetime) -> None:
         if tail:
             first = sends[pk][-tail].finished  # the run's first failure in this batch
             _count(sends[pk][0].command.connector, tail, restart=broken, first=first, now=now)
+
+
+def to_look(recorded: list) -> list[int]:
+    """The connectors :func:`observe` asks ``statements.failing_or_held`` about for ``recorded``:
+    those whose run of ``again`` failures an outcome in it ended."""
+    return [pk for pk, group in _by_connector(recorded).items() if _tail(group)[1]]
+
+
+def _by_connector(recorded: list) -> dict[int, list]:
+    """``recorded``'s sends by connector, each connector's in the order they finished."""
+    sends: dict[int, list] = defaultdict(list)
+    for one in recorded:
+        sends[one.command.connector_id].append(one)
+    for group in sends.values():
+        group.sort(key=lambda one: one.finished)
+    return sends
 
 
 def _tail(group: list) -> tuple[int, bool, bool]:

@@ -11,14 +11,21 @@ import logging
 from collections import Counter, defaultdict
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from ankusa_site.core import metrics
 from ankusa_site.core.logs import log_event
+from ankusa_site.core.stock import stock
 from commands import health
 from commands.dispatch import hold
 from commands.dispatch.sends import Sent
-from commands.dispatch.statements import finish_recovered, finish_sends, finish_with_attempts, insert_attempts
+from commands.dispatch.statements import (
+    finish_in_one,
+    finish_recovered,
+    finish_sends,
+    finish_with_attempts,
+    insert_attempts,
+)
 from commands.lifecycle import decide_for, with_commit
 from commands.states import Event, State
 from queues.fifo import Item, ReliableFIFO
@@ -89,40 +96,76 @@ def _record(sent: list[Sent], now: datetime, queue, items, *, together: bool) ->
         event, changes = _next_state(one)
         groups[event, one.attempt, tuple(sorted(changes.items()))].append(one)
     with transaction.atomic():
-        recorded: list[Sent] = []
-        for (event, attempt, changes), group in groups.items():
-            if together:
-                # Only recover() competes for a dispatching row, and only after the visibility
-                # timeout: the group moves whole, with its attempt rows, or the batch is redone row
-                # by row.
-                if finish_with_attempts(group, attempt, event, now, dict(changes)) != len(group):
-                    raise _Recovered
-                recorded.extend(group)
-                continue
-            for one in group:
-                if finish_sends([one.command.pk], attempt, event, now, dict(changes)):
-                    recorded.append(one)
-                elif finish_recovered(one.command.pk, attempt, event, now, dict(changes)):
-                    # Recovered as lost while its outcome waited to be written (an outage outlasting
-                    # the visibility timeout, a spool written back late): the outcome is what is
-                    # known, so it replaces the guess.
-                    log_event(logger, "recorded_after_recovery", command=one.command.pk, attempt=attempt)
-                    recorded.append(one)
-                else:
-                    # Moved on since (resent, cancelled, or recovered and retried): the outcome is stale.
-                    logger.warning(
-                        "command %s was recovered while attempt %s was in flight", one.command.pk, attempt
-                    )
-                    results["stale"] += 1
-        if not together:
-            insert_attempts(recorded)
-        hold.observe(recorded, now)  # outage holds: counted with the outcomes they count
-        health.record(recorded)  # the connector health summary, in the same transaction
+        if together and sent and connection.vendor == "postgresql" and not stock("sql"):
+            recorded = _in_one_statement(sent, groups, now, queue, items)
+        else:
+            recorded = _in_statements(groups, now, queue, items, together, results)
         results.update(State.SUCCEEDED.value if one.outcome.ok else State.FAILED.value for one in recorded)
-        if items:
-            with_commit(queue, lambda: queue.done(*items))
         transaction.on_commit(lambda: report_sends(recorded))
     return results
+
+
+def _in_one_statement(sent: list[Sent], groups: dict, now: datetime, queue, items) -> list[Sent]:
+    """The batch's moves and attempt rows, its health summary, its queue items' end (when the queue
+    can join) and the hold's look, as one statement (``statements.finish_in_one``); then the hold's
+    writes, if any. Raises ``_Recovered`` if a group did not move whole."""
+    done = queue.done_in_statement(*items) if items else None
+    summary = health.in_statement(sent)
+    moved, returned, failing = finish_in_one(
+        [(group, attempt, event, dict(changes)) for (event, attempt, changes), group in groups.items()],
+        now,
+        [] if summary is None else [(sql, [param]) for sql, param in zip(*summary, strict=True)],
+        [] if done is None else [done[:2]],
+        hold.to_look(sent),
+    )
+    # Only recover() competes for a dispatching row, and only after the visibility timeout: the
+    # batch is written whole, or redone row by row.
+    if moved != [len(group) for group in groups.values()]:
+        raise _Recovered
+    hold.observe(sent, now, failing=failing)
+    if done is not None:
+        done[2](returned[0])
+    elif items:
+        with_commit(queue, lambda: queue.done(*items))
+    return sent
+
+
+def _in_statements(groups: dict, now: datetime, queue, items, together: bool, results: Counter) -> list[Sent]:
+    """The batch as a statement or two for each part (SQLite, ``ANKUSA_STOCK_DJANGO``'s ``sql``
+    layer, and row by row after a recovery). Counts the stale outcomes in ``results``."""
+    recorded: list[Sent] = []
+    for (event, attempt, changes), group in groups.items():
+        if together:
+            # As in _in_one_statement: the group moves whole, with its attempt rows, or the batch is
+            # redone row by row.
+            if finish_with_attempts(group, attempt, event, now, dict(changes)) != len(group):
+                raise _Recovered
+            recorded.extend(group)
+            continue
+        for one in group:
+            if finish_sends([one.command.pk], attempt, event, now, dict(changes)):
+                recorded.append(one)
+            elif finish_recovered(one.command.pk, attempt, event, now, dict(changes)):
+                # Recovered as lost while its outcome waited to be written (an outage outlasting
+                # the visibility timeout, a spool written back late): the outcome is what is
+                # known, so it replaces the guess.
+                log_event(logger, "recorded_after_recovery", command=one.command.pk, attempt=attempt)
+                recorded.append(one)
+            else:
+                # Moved on since (resent, cancelled, or recovered and retried): the outcome is stale.
+                logger.warning(
+                    "command %s was recovered while attempt %s was in flight", one.command.pk, attempt
+                )
+                results["stale"] += 1
+    if not together:
+        insert_attempts(recorded)
+    # The summary before the hold, in either way of writing: every recorder locks a connector's
+    # health row before the connector's own row.
+    health.record(recorded)  # the connector health summary, in the same transaction
+    hold.observe(recorded, now)  # outage holds: counted with the outcomes they count
+    if items:
+        with_commit(queue, lambda: queue.done(*items))
+    return recorded
 
 
 def report_sends(recorded: list[Sent]) -> None:

@@ -1,8 +1,9 @@
 """The loop's hot SQL, written out per database vendor: the ``queued → dispatching`` starts
 (:func:`start_sends`), the finishes (:func:`finish_sends`, and with their attempt rows
-:func:`finish_with_attempts`), undoing a start that sent nothing (:func:`undo_starts`), the attempt
-rows (:func:`insert_attempts`), the commands loaded for sending (:func:`load_for_sending`) and the
-outage hold's look at a batch's connectors (:func:`failing_or_held`).
+:func:`finish_with_attempts`; on PostgreSQL a recorded batch whole, :func:`finish_in_one`), undoing a
+start that sent nothing (:func:`undo_starts`), the attempt rows (:func:`insert_attempts`), the
+commands loaded for sending (:func:`load_for_sending`) and the outage hold's look at a batch's
+connectors (:func:`failing_or_held`).
 
 Each stands for an ORM call it names (``ANKUSA_STOCK_DJANGO`` runs that call instead) and changes a
 command only under the same condition: a start needs the command ``queued`` at the attempt before, a
@@ -200,21 +201,51 @@ def insert_attempts(sent: list[Sent]) -> None:
 def finish_with_attempts(sent: list[Sent], attempt: int, event: str, now: datetime, changes: dict) -> int:
     """:func:`finish_sends` for the commands of ``sent`` (one group: the same attempt, event and
     changes), and their attempt rows (:func:`insert_attempts`) if every one moved; returns how many
-    moved. On PostgreSQL one statement, whose rows are written only for the commands it moved
-    (``WITH moved AS (UPDATE … RETURNING id) INSERT …``): a round trip less a batch."""
-    if connection.vendor != "postgresql" or stock("sql"):  # stock: ANKUSA_STOCK_DJANGO
-        moved = finish_sends([one.command.pk for one in sent], attempt, event, now, changes)
-        if moved == len(sent):
-            insert_attempts(sent)
-        return moved
-    finish_sql, finish_params = finish_statement(
-        [one.command.pk for one in sent], attempt, event, now, changes, connection
-    )
-    insert_sql, insert_params = _attempt_rows(sent)
-    sql = (
-        f"WITH moved AS ({finish_sql} RETURNING id) {insert_sql} WHERE r.command_id IN (SELECT id FROM moved)"
-    )
-    return execute_prepared(connection, sql, finish_params + insert_params)[1]
+    moved. (On PostgreSQL the recorder writes a whole batch with :func:`finish_in_one`.)"""
+    moved = finish_sends([one.command.pk for one in sent], attempt, event, now, changes)
+    if moved == len(sent):
+        insert_attempts(sent)
+    return moved
+
+
+def finish_in_one(
+    groups: list[tuple[list[Sent], int, str, dict]],
+    now: datetime,
+    writes: list[tuple[str, list]],
+    returning: list[tuple[str, list]],
+    look: list[int],
+) -> tuple[list[int], list[list[int]], list[int]]:
+    """PostgreSQL: a recorded batch in one statement (one round trip, whatever the batch holds):
+    :func:`finish_with_attempts` at ``now`` of each group ``(sent, attempt, event, changes)``, each
+    of ``writes`` and ``returning`` (``(sql, params)``: data-modifying statements of other tables,
+    those of ``returning`` ``RETURNING id``) and :func:`failing_or_held` of ``look``.
+
+    Returns how many of each group moved, the ids each of ``returning`` gave, and the connectors
+    failing or held. Every part runs whether a group came back short or not: the caller's
+    transaction must roll the statement back then (its parts read the snapshot the statement
+    started with, so the look sees no write of theirs: none writes a connector).
+    """
+    parts: list[str] = []
+    params: list = []
+    for n, (group, attempt, event, changes) in enumerate(groups):
+        finish_sql, finish_params = finish_statement(
+            [one.command.pk for one in group], attempt, event, now, changes, connection
+        )
+        insert_sql, insert_params = _attempt_rows(group)
+        parts.append(f"moved_{n} AS ({finish_sql} RETURNING id)")
+        parts.append(f"attempts_{n} AS ({insert_sql} WHERE r.command_id IN (SELECT id FROM moved_{n}))")
+        params += finish_params + insert_params
+    for n, (sql, write_params) in enumerate(writes):
+        parts.append(f"write_{n} AS ({sql})")
+        params += write_params
+    for n, (sql, returning_params) in enumerate(returning):
+        parts.append(f"returned_{n} AS ({sql})")
+        params += returning_params
+    counts = ", ".join(f"(SELECT count(*) FROM moved_{n})" for n in range(len(groups)))
+    returned = "".join(f", ARRAY(SELECT id FROM returned_{n})" for n in range(len(returning)))
+    sql = f"WITH {', '.join(parts)} SELECT ARRAY[{counts}]::integer[]{returned}, ARRAY({FAILING_OR_HELD_SQL})"
+    (row,), _ = execute_prepared(connection, sql, [*params, look])
+    return row[0], list(row[1:-1]), row[-1]
 
 
 def _attempt_rows(sent: list[Sent]) -> tuple[str, list]:
@@ -269,9 +300,8 @@ def _attempt_insert(vendor: str) -> tuple[str, list]:
     quote = connection.ops.quote_name
     fields = [field for field in Attempt._meta.concrete_fields if not field.primary_key]
     if vendor == "postgresql":
-        names = ", ".join(quote(field.attname) for field in fields)
         types = ", ".join(f"{quote(field.attname)} {field.db_type(connection)}" for field in fields)
-        source = f"SELECT {names} FROM jsonb_to_recordset(%s::jsonb) AS r({types})"
+        source = f"SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r({types})"  # r: the columns in order
     else:
         picks = ", ".join(f"json_extract(value, '$.{field.attname}')" for field in fields)
         source = f"SELECT {picks} FROM json_each(%s)"

@@ -22,7 +22,7 @@ counter, O(n) instead of the seed's O(1) — it serves stats pages, not the hot 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from itertools import chain
 from typing import Any
@@ -359,6 +359,26 @@ class DatabaseFIFO(ReliableFIFO):
             self._rows().filter(pk__in=ids).update(state=State.BUSY, claimed_at=now, claims=F("claims") + 1)
             rows = list(self._rows().filter(pk__in=ids).order_by("position", "id"))
         return [database_stock.item_of(row) for row in rows]
+
+    def done_in_statement(
+        self, *items: Item, using: str = DEFAULT_DB_ALIAS
+    ) -> tuple[str, list, Callable[[list[int]], int]] | None:
+        """PostgreSQL on the caller's connection: ``done``'s ``DELETE`` of claimed items (the
+        recorder: a batch's outcomes and its items' end in one statement). None where
+        ``enqueue_in_statement`` gives None, and for a bare id (no claim to check)."""
+        connection = connections[self.using]
+        if using != self.using or connection.vendor != "postgresql" or stock("sql"):
+            return None
+        if not all(isinstance(item, Item) for item in items):
+            return None
+        REPLANS.fresh(connection)
+        wanted = [item.id for item in items]
+
+        def finished(held: list[int]) -> int:
+            self._report_skipped("done", wanted, held)
+            return len(held)
+
+        return DONE_SQL_POSTGRESQL, [self.name, wanted, [item.claims for item in items]], finished
 
     def done(self, *items: Item | int) -> int:
         tokens = _tokens(items)

@@ -12,11 +12,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 from django.conf import settings
-from django.db import OperationalError
+from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
 
+from ankusa_site.core.stock import stock
 from commands.dispatch import adapters, rounds, senders, spool
 from commands.dispatch import recorder as recording  # where the recorder looks its writes up
 from commands.dispatch.dispatcher import Dispatcher
+from commands.dispatch.outcomes import record_outcomes
 from commands.dispatch.recorder import _Recorder, replay_spool
 from commands.dispatch.recovery import RecoverSummary, recover
 from commands.dispatch.rounds import keep_recovering
@@ -25,10 +28,11 @@ from commands.dispatch.statements import start_sends
 from commands.dispatch.sweep import sweep
 from commands.dispatch.timing import RECORD_RETRY_FIRST_S, retry_delay
 from commands.lifecycle import QUEUE_NAME
-from commands.models import Attempt, Command
+from commands.models import Attempt, Command, Connector, ConnectorHealth, HealthBucket
 from commands.retry import Outlook, SkipReason
 from commands.states import State
 from queues.backends import get_queue
+from queues.models import QueueItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -393,3 +397,51 @@ def test_starts_refused_by_a_full_database_strand_no_command_and_each_is_sent_on
         monkeypatch.setattr(senders, "start_sends", real)
         assert dispatcher.drain().results == {"succeeded": 12}
     assert sink.counts == {str(c.pk): 1 for c in commands}
+
+
+def test_a_recorded_batch_is_one_statement_on_postgresql_and_writes_every_part(
+    make_connector, make_command, queue
+):
+    calm, refusing = make_connector("calm"), make_connector("refusing")
+    make_command(calm), make_command(refusing)
+    sweep()
+    items = {item.payload["command"]: item for item in queue.claim(2)}
+    assert start_sends([(pk, 1) for pk in items], T0)
+    ok_command, bad_command = (
+        Command.objects.filter(pk__in=items).select_related("connector").order_by("connector__name")
+    )
+    finished = T0 + timedelta(seconds=1)
+    ok_sent = Sent(ok_command, 1, T0, finished, adapters.Outcome(ok=True, status=200))
+    refused = adapters.Outcome(ok=False, outlook=Outlook.NEVER, status=400, detail="HTTP 400")
+    bad_sent = Sent(bad_command, 1, T0, finished, refused)
+    ok_entry, bad_entry = (_Entry(items[one.command.pk], one.command, 1) for one in (ok_sent, bad_sent))
+    # The succeeding connector was counting an outage run: the hold's look finds it, and its
+    # success ends the run, in the same transaction.
+    Connector.objects.filter(pk=ok_sent.command.connector_id).update(outage_failures=2, outage_since=T0)
+    with CaptureQueriesContext(connection) as captured:
+        results = record_outcomes([ok_sent, bad_sent], T0, queue=queue, items=(ok_entry.item, bad_entry.item))
+    assert results == {State.SUCCEEDED.value: 1, State.FAILED.value: 1}
+    if connection.vendor == "postgresql" and not stock("sql"):
+        # Two groups (a success and a failure), their attempt rows, the health summary, the items'
+        # end and the hold's look: one statement; then the hold's own writes for the ended run.
+        statements = [query["sql"] for query in captured if query["sql"] not in ("BEGIN", "COMMIT")]
+        statements = [sql for sql in statements if sql != "DISCARD PLANS"]  # after the claim's backlog
+        assert [sql.split()[0] for sql in statements] == ["WITH", "UPDATE", "UPDATE"]
+        assert all('"commands_connector"' in sql for sql in statements[1:])
+    assert [Command.objects.get(pk=one.command.pk).state for one in (ok_sent, bad_sent)] == [
+        State.SUCCEEDED,
+        State.FAILED,
+    ]
+    assert sorted(Attempt.objects.values_list("command_id", "ok", "status_code")) == sorted(
+        [(ok_sent.command.pk, True, 200), (bad_sent.command.pk, False, 400)]
+    )
+    health = {row.connector_id: row for row in ConnectorHealth.objects.all()}
+    assert health[ok_sent.command.connector_id].last_ok_at == ok_sent.finished
+    assert health[bad_sent.command.connector_id].consecutive_failures == 1
+    assert sorted(HealthBucket.objects.values_list("connector_id", "sends")) == sorted(
+        [(ok_sent.command.connector_id, 1)] * 2 + [(bad_sent.command.connector_id, 1)] * 2
+    )
+    assert Connector.objects.get(pk=ok_sent.command.connector_id).outage_failures == 0
+    if queue.joins_transaction():
+        assert not QueueItem.objects.filter(pk__in=[ok_entry.item.id, bad_entry.item.id]).exists()
+    assert queue.length("busy") == 0

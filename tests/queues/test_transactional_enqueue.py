@@ -3,7 +3,8 @@
 it rolls back. A backend that joins the transaction (``joins_transaction``: the database queue on
 the caller's connection) writes them inside it, atomically with the caller's rows; one that cannot
 (Redis) writes them after the commit. ``enqueue_in_statement`` is the database queue's fast path
-on PostgreSQL, and None wherever it cannot be taken."""
+on PostgreSQL, and None wherever it cannot be taken; ``done_in_statement`` the same for finishing
+claimed items."""
 
 from __future__ import annotations
 
@@ -120,3 +121,35 @@ def test_database_queue_on_another_connection_waits_for_the_commit():
     queue = DatabaseFIFO("jobs", using="default")
     assert queue.joins_transaction("default")
     assert not queue.joins_transaction("other")
+
+
+def test_done_in_statement_finishes_the_items_still_held_from_the_callers_statement(queue, backend, caplog):
+    queue.enqueue({"n": 1}, {"n": 2})
+    held, lost = queue.claim(2)
+    queue.requeue(lost)  # its claim ended (as recovery's would): done must skip it
+    done = queue.done_in_statement(held, lost)
+    if backend != "database" or connection.vendor != "postgresql" or stock("sql"):
+        assert done is None  # another store, no hand-written SQL for this vendor, or stock mode
+        return
+    statement, params, finished = done
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH finished AS ({statement}) SELECT ARRAY(SELECT id FROM finished)", params)
+        (ids,) = cursor.fetchone()
+    assert ids == [held.id]
+    assert finished(ids) == 1
+    assert "queue_claim_lost" in caplog.text  # as done() reports an item it no longer held
+    assert (queue.length("busy"), [item.payload for item in queue.claim(5)]) == (0, [{"n": 2}])
+
+
+def test_done_in_statement_is_not_offered_on_another_connection_under_stock_sql_or_for_a_bare_id(
+    make_queue, backend
+):
+    if backend != "database":
+        pytest.skip("database queue only")
+    queue = make_queue()
+    queue.enqueue({"n": 1})
+    (item,) = queue.claim(1)
+    assert queue.done_in_statement(item, using="elsewhere") is None
+    assert queue.done_in_statement(item.id) is None  # type: ignore[arg-type]  # no claim to check
+    with override_settings(ANKUSA_STOCK_DJANGO=frozenset({"sql"})):
+        assert queue.done_in_statement(item) is None
