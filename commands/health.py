@@ -178,12 +178,15 @@ def _summary(rows: Iterable[tuple], minutes_since: datetime | None = None) -> tu
     stamp = (
         datetime.isoformat if connection.vendor == "postgresql" else connection.ops.adapt_datetimefield_value
     )
-    bucket_rows = [[cid, span, stamp(start), *counts] for (cid, span, start), counts in buckets.items()]
+    # In key order: concurrent recorders lock the rows they share in the same order, not in a deadlock.
+    bucket_rows = [
+        [cid, span, stamp(start), *counts] for (cid, span, start), counts in sorted(buckets.items())
+    ]
     run_rows = [
         [cid, run.failures, *(run.error[:2] if run.error else ("", "")),
          stamp(run.error[2]) if run.error else None, stamp(run.last_ok_at) if run.last_ok_at else None,
          stamp(run.last_send_at)]
-        for cid, run in runs.items()
+        for cid, run in sorted(runs.items())
     ]  # fmt: skip
     return counted, bucket_rows, run_rows
 

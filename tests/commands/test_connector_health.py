@@ -216,6 +216,40 @@ def test_concurrent_recorders_both_count(make_connector):
     assert HealthBucket.objects.filter(connector=crm).count() == 2  # one minute, one hour
 
 
+@pytest.mark.django_db(transaction=True)
+def test_recorders_sharing_connectors_in_any_order_lock_them_in_one_order(make_connector):
+    crm, erp = make_connector("crm"), make_connector("erp")
+    # Rows go out in key order whatever order the batch holds them in, so two recorders whose
+    # batches name the same connectors take their rows' locks in the same order: no deadlock.
+    _, buckets, runs = health._summary(
+        [(one.command.connector_id, one.started, one.finished, True, "", "") for one in
+         (sent(erp, NOW, 0.1, True), sent(crm, NOW - timedelta(hours=2), 0.1, True))]
+    )  # fmt: skip
+    assert [row[:2] for row in buckets] == sorted(row[:2] for row in buckets)
+    assert [row[0] for row in runs] == [crm.pk, erp.pk]
+    start, errors = threading.Barrier(4), []
+
+    def recorder(n: int):
+        start.wait()
+        try:
+            for _ in range(10):
+                pair = [sent(crm, NOW, 0.02, True), sent(erp, NOW, 0.02, True)]
+                record_outcomes(pair if n % 2 else pair[::-1], NOW)
+        except Exception as error:  # a deadlock the database broke: what this test looks for
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=recorder, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    figures = health_figures.figures([crm.pk, erp.pk], NOW)
+    assert [figures[pk].hour.sends for pk in (crm.pk, erp.pk)] == [40, 40]
+
+
 CHILD = """
 import django, sys
 from datetime import datetime, timedelta
