@@ -244,6 +244,9 @@ def finish_in_one(
     counts = ", ".join(f"(SELECT count(*) FROM moved_{n})" for n in range(len(groups)))
     returned = "".join(f", ARRAY(SELECT id FROM returned_{n})" for n in range(len(returning)))
     sql = f"WITH {', '.join(parts)} SELECT ARRAY[{counts}]::integer[]{returned}, ARRAY({FAILING_OR_HELD_SQL})"
+    # psycopg parses a statement longer than 4 KiB again at every call (it caches shorter ones):
+    # a batch of one group stays under that (the health upserts alias their tables, the attempt
+    # insert selects *); two groups, a batch of successes and failures, go over.
     (row,), _ = execute_prepared(connection, sql, [*params, look])
     return row[0], list(row[1:-1]), row[-1]
 

@@ -445,3 +445,16 @@ def test_a_recorded_batch_is_one_statement_on_postgresql_and_writes_every_part(
     if queue.joins_transaction():
         assert not QueueItem.objects.filter(pk__in=[ok_entry.item.id, bad_entry.item.id]).exists()
     assert queue.length("busy") == 0
+
+
+def test_a_batch_of_successes_is_a_statement_short_enough_for_psycopg_to_keep_parsed(in_flight, queue):
+    if connection.vendor != "postgresql" or stock("sql") or stock("prepared"):
+        pytest.skip("PostgreSQL's one statement a batch, as the driver gets it")
+    pairs = in_flight(3)
+    with CaptureQueriesContext(connection) as captured:
+        record_outcomes(
+            [sent for _, sent in pairs], T0, queue=queue, items=tuple(entry.item for entry, _ in pairs)
+        )
+    (statement,) = [query["sql"].split(" -- ")[0] for query in captured if query["sql"].startswith("WITH")]
+    # psycopg's MAX_CACHED_STATEMENT_LENGTH: a longer statement is parsed again at every batch.
+    assert len(statement.encode()) <= 4096
