@@ -15,9 +15,10 @@ rows — adds the batch to one bucket per connector and minute and one per conne
 update adds (``INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n``: the same SQL on PostgreSQL
 and SQLite; ``bulk_create(update_conflicts=True)`` can only overwrite); on PostgreSQL the two go
 as one prepared statement, the rows as JSON, or as part of the recorder's one statement a batch
-(:func:`in_statement`). Concurrent recorders therefore both count, in key order (no deadlock
-between two that share connectors), and a rolled-back batch counts nothing. ``commands.health_figures`` reads at most 60 + 24 buckets per
-connector, whatever the number of attempts: three queries for any page.
+(:func:`in_statement`). Concurrent recorders therefore both count, their rows in key order (no
+deadlock between two that share connectors), and a rolled-back batch counts nothing.
+``commands.health_figures`` reads at most 60 + 24 buckets per connector, whatever the number of
+attempts: three queries for any page.
 
 Guaranteed: the figures are those of the sends the recorder wrote (``ok`` true or false). Not
 counted: a send whose worker died (``WorkerLost``, outcome unknown: it shows as a command waiting
