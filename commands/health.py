@@ -170,7 +170,9 @@ def _summed(
             run.failures += 1
             if run.error is None or finished >= run.error[2]:
                 run.error = (error_class or "", (error or "")[:ERROR_CHARS], finished)
-    return counted, buckets, runs
+    # In key order, whichever way they are written: concurrent recorders then lock the rows they
+    # share in the same order, not in a deadlock.
+    return counted, dict(sorted(buckets.items())), dict(sorted(runs.items()))
 
 
 def _summary(rows: Iterable[tuple], minutes_since: datetime | None = None) -> tuple[int, list, list]:
@@ -180,15 +182,12 @@ def _summary(rows: Iterable[tuple], minutes_since: datetime | None = None) -> tu
     stamp = (
         datetime.isoformat if connection.vendor == "postgresql" else connection.ops.adapt_datetimefield_value
     )
-    # In key order: concurrent recorders lock the rows they share in the same order, not in a deadlock.
-    bucket_rows = [
-        [cid, span, stamp(start), *counts] for (cid, span, start), counts in sorted(buckets.items())
-    ]
+    bucket_rows = [[cid, span, stamp(start), *counts] for (cid, span, start), counts in buckets.items()]
     run_rows = [
         [cid, run.failures, *(run.error[:2] if run.error else ("", "")),
          stamp(run.error[2]) if run.error else None, stamp(run.last_ok_at) if run.last_ok_at else None,
          stamp(run.last_send_at)]
-        for cid, run in sorted(runs.items())
+        for cid, run in runs.items()
     ]  # fmt: skip
     return counted, bucket_rows, run_rows
 
