@@ -68,17 +68,18 @@ def record(sent: Iterable) -> None:
     record_rows(_send_rows(sent))
 
 
-def in_statement(sent: Iterable) -> tuple[list[str], list] | None:
+def in_statement(sent: Iterable) -> list[tuple[str, list]] | None:
     """:func:`record` of ``sent`` for the caller's own statement (PostgreSQL, the recorder's one
-    statement a batch): the two upserts, each a data-modifying SQL statement for the caller's
-    ``WITH``, and their parameters in that order. None where :func:`record` is not these upserts
-    (SQLite, ``ANKUSA_STOCK_DJANGO``'s ``sql`` layer) or ``sent`` is empty."""
+    statement a batch): the two upserts as ``(sql, params)``, each a data-modifying statement for
+    the caller's ``WITH`` (none when ``sent`` is empty). None where :func:`record` is not these
+    upserts (SQLite, ``ANKUSA_STOCK_DJANGO``'s ``sql`` layer)."""
     if connection.vendor != "postgresql" or stock("sql"):
         return None
     _, bucket_rows, run_rows = _summary(_send_rows(sent))
     if not run_rows:
-        return None
-    return [_BUCKET_UPSERT_POSTGRESQL, _RUN_UPSERT_POSTGRESQL], _json_rows(bucket_rows, run_rows)
+        return []
+    buckets, runs = _json_rows(bucket_rows, run_rows)
+    return [(_BUCKET_UPSERT_POSTGRESQL, [buckets]), (_RUN_UPSERT_POSTGRESQL, [runs])]
 
 
 def _send_rows(sent: Iterable):

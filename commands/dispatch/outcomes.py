@@ -110,12 +110,11 @@ def _in_one_statement(sent: list[Sent], groups: dict, now: datetime, queue, item
     can join) and the hold's look, as one statement (``statements.finish_in_one``); then the hold's
     writes, if any. Raises ``_Recovered`` if a group did not move whole."""
     done = queue.done_in_statement(*items) if items else None
-    summary = health.in_statement(sent)
-    moved, returned, failing = finish_in_one(
+    moved, finished, failing = finish_in_one(
         [(group, attempt, event, dict(changes)) for (event, attempt, changes), group in groups.items()],
         now,
-        [] if summary is None else [(sql, [param]) for sql, param in zip(*summary, strict=True)],
-        [] if done is None else [done[:2]],
+        health.in_statement(sent) or [],
+        None if done is None else done[:2],
         hold.to_look(sent),
     )
     # Only recover() competes for a dispatching row, and only after the visibility timeout: the
@@ -124,7 +123,8 @@ def _in_one_statement(sent: list[Sent], groups: dict, now: datetime, queue, item
         raise _Recovered
     hold.observe(sent, now, failing=failing)
     if done is not None:
-        done[2](returned[0])
+        _, _, report_done = done
+        report_done(finished)
     elif items:
         with_commit(queue, lambda: queue.done(*items))
     return sent

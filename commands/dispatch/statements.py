@@ -212,18 +212,18 @@ def finish_in_one(
     groups: list[tuple[list[Sent], int, str, dict]],
     now: datetime,
     writes: list[tuple[str, list]],
-    returning: list[tuple[str, list]],
+    done: tuple[str, list] | None,
     look: list[int],
-) -> tuple[list[int], list[list[int]], list[int]]:
+) -> tuple[list[int], list[int], list[int]]:
     """PostgreSQL: a recorded batch in one statement (one round trip, whatever the batch holds):
     :func:`finish_with_attempts` at ``now`` of each group ``(sent, attempt, event, changes)``, each
-    of ``writes`` and ``returning`` (``(sql, params)``: data-modifying statements of other tables,
-    those of ``returning`` ``RETURNING id``) and :func:`failing_or_held` of ``look``.
+    of ``writes`` and ``done`` (``(sql, params)``: data-modifying statements of other tables,
+    ``done`` one that ends ``RETURNING id``) and :func:`failing_or_held` of ``look``.
 
-    Returns how many of each group moved, the ids each of ``returning`` gave, and the connectors
-    failing or held. Every part runs whether a group came back short or not: the caller's
-    transaction must roll the statement back then (its parts read the snapshot the statement
-    started with, so the look sees no write of theirs: none writes a connector).
+    Returns how many of each group moved, the ids ``done`` returned (none without it), and the
+    connectors failing or held. Every part runs whether a group came back short or not: the
+    caller's transaction must roll the statement back then (its parts read the snapshot the
+    statement started with, so the look sees no write of theirs: none writes a connector).
     """
     parts: list[str] = []
     params: list = []
@@ -238,17 +238,18 @@ def finish_in_one(
     for n, (sql, write_params) in enumerate(writes):
         parts.append(f"write_{n} AS ({sql})")
         params += write_params
-    for n, (sql, returning_params) in enumerate(returning):
-        parts.append(f"returned_{n} AS ({sql})")
-        params += returning_params
+    parts.append(f"done AS ({done[0] if done else 'SELECT NULL::bigint AS id WHERE false'})")
+    params += done[1] if done else []
     counts = ", ".join(f"(SELECT count(*) FROM moved_{n})" for n in range(len(groups)))
-    returned = "".join(f", ARRAY(SELECT id FROM returned_{n})" for n in range(len(returning)))
-    sql = f"WITH {', '.join(parts)} SELECT ARRAY[{counts}]::integer[]{returned}, ARRAY({FAILING_OR_HELD_SQL})"
+    sql = (
+        f"WITH {', '.join(parts)} SELECT ARRAY[{counts}]::integer[], ARRAY(SELECT id FROM done),"
+        f" ARRAY({FAILING_OR_HELD_SQL})"
+    )
     # psycopg parses a statement longer than 4 KiB again at every call (it caches shorter ones):
     # a batch of one group stays under that (the health upserts alias their tables, the attempt
     # insert selects *); two groups, a batch of successes and failures, go over.
     (row,), _ = execute_prepared(connection, sql, [*params, look])
-    return row[0], list(row[1:-1]), row[-1]
+    return row[0], row[1], row[2]
 
 
 def _attempt_rows(sent: list[Sent]) -> tuple[str, list]:

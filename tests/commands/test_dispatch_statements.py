@@ -179,7 +179,7 @@ def test_a_group_writes_its_attempt_rows_only_if_every_command_moved(make_connec
 
     def finish(group: list[Sent]) -> int:
         if in_one:
-            (moved,), _, _ = finish_in_one([(group, 1, Event.SUCCEED, changes)], T0, [], [], [])
+            (moved,), _, _ = finish_in_one([(group, 1, Event.SUCCEED, changes)], T0, [], None, [])
             return moved
         return finish_with_attempts(group, 1, Event.SUCCEED, T0, changes)
 
