@@ -193,24 +193,37 @@ def test_waiting_counts_by_reason_match_the_failed_lists_filters_and_stop_at_the
     assert health_figures.figures([crm.pk], NOW)[crm.pk].waiting["never"] == health_figures.CAP + 1
 
 
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_recorders_both_count(make_connector):
-    crm = make_connector("crm")
-    start = threading.Barrier(4)
+def recorders_at_once(count: int, record) -> list[Exception]:
+    """Run ``record(n)`` for n in ``range(count)`` in as many threads, started together; the
+    errors they raised."""
+    start, errors = threading.Barrier(count), []
 
-    def recorder():
+    def recorder(n: int):
         start.wait()
         try:
-            for _ in range(5):
-                record_outcomes([sent(crm, NOW, 0.02, True) for _ in range(10)], NOW)
+            record(n)
+        except Exception as error:  # noqa: BLE001 - returned, for the test to assert on
+            errors.append(error)
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=recorder) for _ in range(4)]
+    threads = [threading.Thread(target=recorder, args=(n,)) for n in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return errors
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_recorders_both_count(make_connector):
+    crm = make_connector("crm")
+
+    def record(n: int):
+        for _ in range(5):
+            record_outcomes([sent(crm, NOW, 0.02, True) for _ in range(10)], NOW)
+
+    assert recorders_at_once(4, record) == []
     figures = health_figures.figures([crm.pk], NOW)[crm.pk]
     assert (figures.hour.sends, figures.day.sends, figures.hour.ok) == (200, 200, 200)
     assert HealthBucket.objects.filter(connector=crm).count() == 2  # one minute, one hour
@@ -227,25 +240,13 @@ def test_recorders_sharing_connectors_in_any_order_lock_them_in_one_order(make_c
     )  # fmt: skip
     assert [row[:2] for row in buckets] == sorted(row[:2] for row in buckets)
     assert [row[0] for row in runs] == [crm.pk, erp.pk]
-    start, errors = threading.Barrier(4), []
 
-    def recorder(n: int):
-        start.wait()
-        try:
-            for _ in range(10):
-                pair = [sent(crm, NOW, 0.02, True), sent(erp, NOW, 0.02, True)]
-                record_outcomes(pair if n % 2 else pair[::-1], NOW)
-        except Exception as error:  # a deadlock the database broke: what this test looks for
-            errors.append(error)
-        finally:
-            connections.close_all()
+    def record(n: int):
+        for _ in range(10):
+            pair = [sent(crm, NOW, 0.02, True), sent(erp, NOW, 0.02, True)]
+            record_outcomes(pair if n % 2 else pair[::-1], NOW)
 
-    threads = [threading.Thread(target=recorder, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert recorders_at_once(4, record) == []  # a deadlock the database broke would be here
     figures = health_figures.figures([crm.pk, erp.pk], NOW)
     assert [figures[pk].hour.sends for pk in (crm.pk, erp.pk)] == [40, 40]
 
