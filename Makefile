@@ -42,6 +42,7 @@ run: $(VENV)/.installed
 STOCK_TESTS := tests/commands/test_intake_hooks.py tests/commands/test_intake_api.py \
 	tests/commands/test_intake_json.py tests/commands/test_dispatch.py \
 	tests/commands/test_dispatch_statements.py tests/commands/test_dispatch_outcomes.py \
+	tests/commands/test_connector_health.py tests/commands/test_hold.py \
 	tests/queues/test_contract.py tests/queues/test_database.py tests/queues/test_transactional_enqueue.py
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
