@@ -19,6 +19,14 @@ the end), starts the counting HTTP sink of the tests as a separate process, and 
   non-idempotent connector, then restarted: commands that did not end ``succeeded`` or ``failed``
   with a reason (or succeeded without reaching the sink), and commands the sink got twice. Both
   must be 0.
+* what each fast path buys the loop: the same round in a process of its own, as deployed
+  (``fast``) and with ``ANKUSA_STOCK_DJANGO`` at each value of ``--stock`` (by default ``all``,
+  then each layer the loop has alone: ``prepared``, ``sql``, ``backend``; with ``--quick``,
+  ``all``), alternating, ``--stock-rounds`` times (3; 1 with ``--quick``). ``<v>_buys`` — the
+  fast process's best commands/s ÷ the variant's (``stock`` for ``all``, ``stock_<layer>``);
+  ``<v>_buys_cpu`` — the variant's CPU per command ÷ the fast one's (the loop's process and
+  PostgreSQL's, medians over rounds: steadier than a rate on a shared machine); both above 1
+  when the fast path buys anything. ``own_process`` holds each one's figures.
 
 Prints a table, then one JSON line with the figures.
 """
@@ -27,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -50,6 +60,7 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
+from ankusa_site.core.stock import parse  # noqa: E402
 from commands.dispatch import event_loop  # noqa: E402
 from commands.dispatch.adapters import http_async  # noqa: E402
 from commands.dispatch.dispatcher import Dispatcher  # noqa: E402
@@ -124,6 +135,90 @@ def through_the_loop(connector: Connector, n: int) -> float:
     return n / elapsed
 
 
+def postgres_cpu_s() -> float:
+    """CPU seconds so far of every PostgreSQL process on this machine (``/proc``; 0 elsewhere).
+    Processes that ended meanwhile (a backend) are missed: a round's own backend outlives it."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{entry}/stat") as process:
+                    stat = process.read()
+            except OSError:  # ended meanwhile
+                continue
+            if stat[stat.index("(") + 1 : stat.rindex(")")].startswith("postgres"):
+                rest = stat[stat.rindex(")") + 2 :].split()
+                total += int(rest[11]) + int(rest[12])  # utime + stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def child_round(n: int, name: str) -> dict:
+    """``--child-round``: one round of ``n`` commands in this process (after a warm-up of its own),
+    on the database and sink the parent made; its rate, its CPU per command and PostgreSQL's, and
+    the stock layers it ran with."""
+    tenant = Tenant.objects.get(slug="bench")
+    url = os.environ["BENCH_SINK_URL"]
+    warm = Connector.objects.create(tenant=tenant, name=f"{name}-warm", kind="http", url=url, idempotent=True)
+    through_the_loop(warm, min(300, n))
+    speed = Connector.objects.create(tenant=tenant, name=name, kind="http", url=url, idempotent=True)
+    cpu, server = time.process_time(), postgres_cpu_s()
+    per_s = through_the_loop(speed, n)
+    cpu, server = time.process_time() - cpu, postgres_cpu_s() - server
+    return {
+        "per_s": round(per_s, 1),
+        "cpu_ms": {"loop": round(1000 * cpu / n, 3), "postgres": round(1000 * server / n, 3)},
+        "layers": sorted(settings.ANKUSA_STOCK_DJANGO),
+    }
+
+
+def in_own_process(env: dict, stock: str, n: int, name: str) -> dict:
+    """:func:`child_round` in a new process with ``ANKUSA_STOCK_DJANGO=stock``."""
+    result = subprocess.run(
+        [sys.executable, __file__, "--child-round", str(n), "--name", name],
+        cwd=BASE_DIR,
+        env={**env, "ANKUSA_STOCK_DJANGO": stock},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if result.returncode:
+        raise SystemExit(f"the round with ANKUSA_STOCK_DJANGO={stock!r} failed:\n{result.stderr[-3000:]}")
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    if figures["layers"] != sorted(parse(stock)):  # the child ran what it was asked to
+        raise SystemExit(f"ANKUSA_STOCK_DJANGO={stock!r} ran with {figures['layers']}")
+    return figures
+
+
+def stock_variants(env: dict, variants: list[str], rounds: int, n: int) -> dict:
+    """The loop as deployed (``fast``) and with each stock variant, each round in a process of its
+    own, alternating; the figures of each (best rate, median CPU) and what each fast path buys."""
+    names = {"fast": "0", **{("stock" if v == "all" else f"stock_{v}"): v for v in variants}}
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for number in range(rounds):
+        for name, stock in names.items():
+            runs[name].append(in_own_process(env, stock, n, f"{name}-{number}"))
+    own = {
+        name: {
+            "per_s": max(run["per_s"] for run in found),
+            "cpu_ms": {
+                kind: round(statistics.median(run["cpu_ms"][kind] for run in found), 3)
+                for kind in ("loop", "postgres")
+            },
+        }
+        for name, found in runs.items()
+    }
+    figures: dict = {"own_process": own}
+    fast = own["fast"]
+    for name in names:
+        if name == "fast":
+            continue
+        figures[f"{name}_buys"] = round(fast["per_s"] / own[name]["per_s"], 3)
+        figures[f"{name}_buys_cpu"] = round(
+            sum(own[name]["cpu_ms"].values()) / sum(fast["cpu_ms"].values()), 3
+        )
+    return figures
+
+
 def kill_and_restart(sink: SinkProcess, connector: Connector, n: int) -> tuple[int, int, int]:
     """Returns (lost, double_sent, sends in flight when killed)."""
     make_commands(connector, n)
@@ -165,7 +260,25 @@ def kill_and_restart(sink: SinkProcess, connector: Connector, n: int) -> tuple[i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
+    parser.add_argument(
+        "--stock",
+        default=None,
+        type=lambda value: [v.strip() for v in value.split(",") if v.strip()],
+        help="ANKUSA_STOCK_DJANGO values measured beside the fast paths, each round in a process of "
+        "its own (default: all, then prepared, sql, backend alone; with --quick, all); '' for none",
+    )
+    parser.add_argument(
+        "--stock-rounds", type=int, default=None, help="rounds of each (default 3; 1 with --quick)"
+    )
+    parser.add_argument("--child-round", type=int, default=None, help=argparse.SUPPRESS)  # in_own_process
+    parser.add_argument("--name", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_round is not None:
+        print(json.dumps(child_round(args.child_round, args.name)))
+        return
+    if args.stock is None:
+        args.stock = ["all"] if args.quick else ["all", "prepared", "sql", "backend"]
+    stock_rounds = args.stock_rounds or (1 if args.quick else 3)
     n_speed, n_kill = (300, 300) if args.quick else (5000, 3000)
     rounds = 1 if args.quick else 5
     concurrency = settings.ANKUSA_DISPATCH_CONCURRENCY
@@ -196,6 +309,13 @@ def main() -> None:
             )
             pairs.append((raw_http(sink.url, n_speed, concurrency), through_the_loop(speed, n_speed)))
         raw, loop = (max(column) for column in zip(*pairs, strict=True))
+        child_env = {
+            **os.environ,
+            "DATABASE_URL": database_url(settings.DATABASES["default"]),
+            "BENCH_SINK_URL": sink.url,
+            "PYTHONPATH": str(BASE_DIR),
+        }
+        layers = stock_variants(child_env, args.stock, stock_rounds, n_speed)
         lost, double_sent, in_flight = kill_and_restart(sink, kill, n_kill)
     finally:
         sink.stop()
@@ -214,6 +334,7 @@ def main() -> None:
         "commands": n_speed,
         "rounds": rounds,
         "ratio_per_round": [round(ours / theirs, 3) for theirs, ours in pairs],
+        **layers,
         "quick": args.quick,
     }
     print(f"{'measure':<34}{'value':>12}")
@@ -222,6 +343,11 @@ def main() -> None:
     print(f"{'raw HTTP (same client), req/s':<34}{raw:>12.1f}")
     print(f"{'dispatch loop, commands/s':<34}{loop:>12.1f}")
     print(f"{'dispatch / raw (target >= 0.5)':<34}{loop / raw:>12.3f}")
+    print(f"{'own process':<20}{'per s':>10}{'CPU ms':>10}{'buys (rate)':>13}{'buys (CPU)':>12}")
+    for name, own in layers["own_process"].items():
+        buys = ("", "") if name == "fast" else (layers[f"{name}_buys"], layers[f"{name}_buys_cpu"])
+        cpu = sum(own["cpu_ms"].values())
+        print(f"{name:<20}{own['per_s']:>10.1f}{cpu:>10.3f}{buys[0]:>13}{buys[1]:>12}")
     print(f"{'kill -9: sends in flight':<34}{in_flight:>12}")
     print(f"{'kill -9: lost (must be 0)':<34}{lost:>12}")
     print(f"{'kill -9: double sent (must be 0)':<34}{double_sent:>12}")

@@ -32,6 +32,9 @@ def test_the_dispatch_benchmark_runs_in_quick_mode_and_loses_nothing(service_env
     figures = quick_figures("bench/dispatch.py", {**service_env, "DATABASE_URL": database})
     assert (figures["lost"], figures["double_sent"], figures["quick"]) == (0, 0, True)
     assert figures["dispatch_vs_raw_http"] > 0
+    # The loop as deployed and every fast path stock, each in a process of its own.
+    assert set(figures["own_process"]) == {"fast", "stock"}
+    assert figures["stock_buys"] > 0 and figures["stock_buys_cpu"] > 0
 
 
 def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
