@@ -21,7 +21,9 @@ Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. P
   load generator together are what the machine can carry; ``half_load_cpu_ms`` — where it went,
   CPU ms per webhook (one command each) of each process kind: ``intake`` (gunicorn's workers),
   ``dispatch``, ``postgresql`` and ``redis`` (every process of the server, whoever it serves),
-  ``receiver``, ``load`` (this process);
+  ``receiver``, ``load`` (this process); ``machine_carries_per_s`` — the webhooks/s the machine's
+  cores would carry at what each cost in that phase (all those kinds together): where it is below
+  ``offered_per_s``, the rate offered is more than this machine can run end to end;
 * ``e2e_p50_ms_site_half_load`` / ``e2e_p99_ms_site_half_load`` — when intake could not take the
   rate offered (``achieved_per_s`` below ``SATURATED`` of ``offered_per_s``: the machine was
   full), the same latency once more at half of what it took (``site_half_load_per_s``), with
@@ -137,6 +139,13 @@ def renice(pids: list[int], niceness: int) -> None:
 # Intake took less than this share of the rate offered: the machine could not carry the loaded
 # phase, and what intake took is what the whole site sustains on it.
 SATURATED = 0.95
+
+
+def carried_per_s(cpu_ms: dict[str, float], cores: int) -> float | None:
+    """Webhooks/s ``cores`` would carry, each costing the CPU milliseconds of ``cpu_ms`` (one
+    figure per process kind) together; None without a figure."""
+    total = sum(cpu_ms.values())
+    return round(1000 * cores / total, 1) if total > 0 else None
 
 
 def site_half_rate(offered: float, achieved: float) -> float | None:
@@ -432,6 +441,10 @@ def main() -> None:
                     site_busy = busy_share(before, machine_busy())
             finally:
                 run.stop()
+            cpu_ms = {
+                kind: round(1000 * (cpu_after[kind] - cpu_before[kind]) / len(loaded), 2)
+                for kind in cpu_after
+            }
             site_ms = (None, None)
             if site_loaded is not None:
                 site_ms = (ms(statistics.median(site_loaded)), ms(percentile(site_loaded, 0.99)))
@@ -446,10 +459,8 @@ def main() -> None:
                 "offered_per_s": round(offered, 1),
                 "achieved_per_s": round(achieved, 1),
                 "machine_busy_half_load": busy_share(busy_before, busy_after),
-                "half_load_cpu_ms": {
-                    kind: round(1000 * (cpu_after[kind] - cpu_before[kind]) / len(loaded), 2)
-                    for kind in cpu_after
-                },
+                "half_load_cpu_ms": cpu_ms,
+                "machine_carries_per_s": carried_per_s(cpu_ms, os.cpu_count() or 1),
                 "site_half_load_per_s": None if site_rate is None else round(site_rate, 1),
                 "e2e_p50_ms_site_half_load": site_ms[0],
                 "e2e_p99_ms_site_half_load": site_ms[1],

@@ -56,6 +56,7 @@ def test_the_latency_benchmark_runs_in_quick_mode_on_both_queues(service_env, re
         assert all(queue[key] > 0 for key in KEYS), queue
         # Every webhook of each phase was measured: the receiver got each command.
         assert queue["idle_n"] == 8 and queue["half_load_n"] > 0
+        assert queue["machine_carries_per_s"] > 0
         site = [queue[key] for key in SITE_KEYS]
         assert site == [None] * 4 or all(value > 0 for value in site), queue
 
@@ -81,6 +82,14 @@ def test_the_site_half_load_runs_only_when_intake_could_not_take_the_rate_offere
 
     assert site_half_rate(offered=500.0, achieved=300.0) == 150.0  # the machine was full
     assert site_half_rate(offered=500.0, achieved=490.0) is None  # it took the rate: room left
+
+
+def test_what_the_machine_carries_is_its_cores_over_what_a_webhook_costs_them_all():
+    from bench.latency import carried_per_s
+
+    cost = {"intake": 2.0, "dispatch": 1.0, "postgresql": 0.75, "redis": 0.25}  # 4 ms a webhook
+    assert carried_per_s(cost, cores=2) == 500.0
+    assert carried_per_s({}, cores=2) is None  # no figure, no claim
 
 
 def test_the_table_shows_a_phase_that_ran_on_one_queue_only_as_a_dash_on_the_other():
