@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -61,6 +60,7 @@ from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from ankusa_site.core.stock import parse  # noqa: E402
+from bench.latency import named, process_cpu  # noqa: E402
 from commands.dispatch import event_loop  # noqa: E402
 from commands.dispatch.adapters import http_async  # noqa: E402
 from commands.dispatch.dispatcher import Dispatcher  # noqa: E402
@@ -135,23 +135,6 @@ def through_the_loop(connector: Connector, n: int) -> float:
     return n / elapsed
 
 
-def postgres_cpu_s() -> float:
-    """CPU seconds so far of every PostgreSQL process on this machine (``/proc``; 0 elsewhere).
-    Processes that ended meanwhile (a backend) are missed: a round's own backend outlives it."""
-    total = 0
-    with contextlib.suppress(OSError):
-        for entry in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{entry}/stat") as process:
-                    stat = process.read()
-            except OSError:  # ended meanwhile
-                continue
-            if stat[stat.index("(") + 1 : stat.rindex(")")].startswith("postgres"):
-                rest = stat[stat.rindex(")") + 2 :].split()
-                total += int(rest[11]) + int(rest[12])  # utime + stime
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def child_round(n: int, name: str) -> dict:
     """``--child-round``: one round of ``n`` commands in this process (after a warm-up of its own),
     on the database and sink the parent made; its rate, its CPU per command and PostgreSQL's, and
@@ -161,9 +144,10 @@ def child_round(n: int, name: str) -> dict:
     warm = Connector.objects.create(tenant=tenant, name=f"{name}-warm", kind="http", url=url, idempotent=True)
     through_the_loop(warm, min(300, n))
     speed = Connector.objects.create(tenant=tenant, name=name, kind="http", url=url, idempotent=True)
-    cpu, server = time.process_time(), postgres_cpu_s()
+    cpu, server = time.process_time(), process_cpu(named("postgres"))
     per_s = through_the_loop(speed, n)
-    cpu, server = time.process_time() - cpu, postgres_cpu_s() - server
+    # A backend that ended meanwhile is missed: the round's own outlives it.
+    cpu, server = time.process_time() - cpu, process_cpu(named("postgres")) - server
     return {
         "per_s": round(per_s, 1),
         "cpu_ms": {"loop": round(1000 * cpu / n, 3), "postgres": round(1000 * server / n, 3)},
@@ -192,6 +176,8 @@ def in_own_process(env: dict, stock: str, n: int, name: str) -> dict:
 def stock_variants(env: dict, variants: list[str], rounds: int, n: int) -> dict:
     """The loop as deployed (``fast``) and with each stock variant, each round in a process of its
     own, alternating; the figures of each (best rate, median CPU) and what each fast path buys."""
+    if not variants:
+        return {}
     names = {"fast": "0", **{("stock" if v == "all" else f"stock_{v}"): v for v in variants}}
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for number in range(rounds):
@@ -343,8 +329,9 @@ def main() -> None:
     print(f"{'raw HTTP (same client), req/s':<34}{raw:>12.1f}")
     print(f"{'dispatch loop, commands/s':<34}{loop:>12.1f}")
     print(f"{'dispatch / raw (target >= 0.5)':<34}{loop / raw:>12.3f}")
-    print(f"{'own process':<20}{'per s':>10}{'CPU ms':>10}{'buys (rate)':>13}{'buys (CPU)':>12}")
-    for name, own in layers["own_process"].items():
+    if layers:
+        print(f"{'own process':<20}{'per s':>10}{'CPU ms':>10}{'buys (rate)':>13}{'buys (CPU)':>12}")
+    for name, own in layers.get("own_process", {}).items():
         buys = ("", "") if name == "fast" else (layers[f"{name}_buys"], layers[f"{name}_buys_cpu"])
         cpu = sum(own["cpu_ms"].values())
         print(f"{name:<20}{own['per_s']:>10.1f}{cpu:>10.3f}{buys[0]:>13}{buys[1]:>12}")
