@@ -60,6 +60,7 @@ from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from ankusa_site.core.stock import parse  # noqa: E402
+from bench.intake import stock_option  # noqa: E402
 from bench.latency import named, process_cpu  # noqa: E402
 from commands.dispatch import event_loop  # noqa: E402
 from commands.dispatch.adapters import http_async  # noqa: E402
@@ -246,13 +247,7 @@ def kill_and_restart(sink: SinkProcess, connector: Connector, n: int) -> tuple[i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
-    parser.add_argument(
-        "--stock",
-        default=None,
-        type=lambda value: [v.strip() for v in value.split(",") if v.strip()],
-        help="ANKUSA_STOCK_DJANGO values measured beside the fast paths, each round in a process of "
-        "its own (default: all, then prepared, sql, backend alone; with --quick, all); '' for none",
-    )
+    stock_option(parser, "each round in a process of its own", "prepared, sql and backend alone")
     parser.add_argument(
         "--stock-rounds", type=int, default=None, help="rounds of each (default 3; 1 with --quick)"
     )

@@ -586,13 +586,17 @@ def rounds_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def stock_option(parser: argparse.ArgumentParser) -> None:
+def stock_option(
+    parser: argparse.ArgumentParser,
+    where: str = "each on its own server",
+    layers: str = "each layer alone",
+) -> None:
     parser.add_argument(
         "--stock",
         default=None,
         type=lambda value: [v.strip() for v in value.split(",") if v.strip()],
-        help="ANKUSA_STOCK_DJANGO values measured beside the fast paths, each on its own server "
-        "(default: all of them at once, then each layer alone; with --quick, all at once); '' for none",
+        help=f"ANKUSA_STOCK_DJANGO values measured beside the fast paths, {where} "
+        f"(default: all of them at once, then {layers}; with --quick, all at once); '' for none",
     )
 
 
