@@ -24,6 +24,8 @@ Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. P
   ``receiver``, ``load`` (this process); ``machine_carries_per_s`` — the webhooks/s the machine's
   cores would carry at what each cost in that phase (all those kinds together): where it is below
   ``offered_per_s``, the rate offered is more than this machine can run end to end;
+  ``site_carries_per_s`` — the same without the receiver and the load, which a deployment runs
+  elsewhere: the site's own processes alone on these cores;
 * ``e2e_p50_ms_site_half_load`` / ``e2e_p99_ms_site_half_load`` — when intake could not take the
   rate offered (``achieved_per_s`` below ``SATURATED`` of ``offered_per_s``: the machine was
   full), the same latency once more at half of what it took (``site_half_load_per_s``), with
@@ -139,6 +141,10 @@ def renice(pids: list[int], niceness: int) -> None:
 # Intake took less than this share of the rate offered: the machine could not carry the loaded
 # phase, and what intake took is what the whole site sustains on it.
 SATURATED = 0.95
+
+
+# The process kinds of half_load_cpu_ms that are the benchmark's, not the site's.
+BENCH_KINDS = ("receiver", "load")
 
 
 def carried_per_s(cpu_ms: dict[str, float], cores: int) -> float | None:
@@ -461,6 +467,10 @@ def main() -> None:
                 "machine_busy_half_load": busy_share(busy_before, busy_after),
                 "half_load_cpu_ms": cpu_ms,
                 "machine_carries_per_s": carried_per_s(cpu_ms, os.cpu_count() or 1),
+                "site_carries_per_s": carried_per_s(
+                    {kind: cost for kind, cost in cpu_ms.items() if kind not in BENCH_KINDS},
+                    os.cpu_count() or 1,
+                ),
                 "site_half_load_per_s": None if site_rate is None else round(site_rate, 1),
                 "e2e_p50_ms_site_half_load": site_ms[0],
                 "e2e_p99_ms_site_half_load": site_ms[1],

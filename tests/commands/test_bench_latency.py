@@ -56,7 +56,7 @@ def test_the_latency_benchmark_runs_in_quick_mode_on_both_queues(service_env, re
         assert all(queue[key] > 0 for key in KEYS), queue
         # Every webhook of each phase was measured: the receiver got each command.
         assert queue["idle_n"] == 8 and queue["half_load_n"] > 0
-        assert queue["machine_carries_per_s"] > 0
+        assert queue["site_carries_per_s"] >= queue["machine_carries_per_s"] > 0
         site = [queue[key] for key in SITE_KEYS]
         assert site == [None] * 4 or all(value > 0 for value in site), queue
 
