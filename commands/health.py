@@ -68,13 +68,11 @@ def record(sent: Iterable) -> None:
     record_rows(_send_rows(sent))
 
 
-def in_statement(sent: Iterable) -> list[tuple[str, list]] | None:
-    """:func:`record` of ``sent`` for the caller's own statement (PostgreSQL, the recorder's one
-    statement a batch): the two upserts as ``(sql, params)``, each a data-modifying statement for
-    the caller's ``WITH`` (none when ``sent`` is empty). None where :func:`record` is not these
-    upserts (SQLite, ``ANKUSA_STOCK_DJANGO``'s ``sql`` layer)."""
-    if connection.vendor != "postgresql" or stock("sql"):
-        return None
+def in_statement(sent: Iterable) -> list[tuple[str, list]]:
+    """:func:`record` of ``sent`` for the caller's own statement: the two upserts as ``(sql,
+    params)``, each a data-modifying statement for the caller's ``WITH`` (none when ``sent`` is
+    empty). PostgreSQL's SQL, for the recorder's one statement a batch, which is made only where
+    :func:`record` writes these upserts (not on SQLite or under ``ANKUSA_STOCK_DJANGO``'s ``sql``)."""
     _, bucket_rows, run_rows = _summary(_send_rows(sent))
     if not run_rows:
         return []

@@ -113,7 +113,7 @@ def _in_one_statement(sent: list[Sent], groups: dict, now: datetime, queue, item
     moved, finished, failing = finish_in_one(
         [(group, attempt, event, dict(changes)) for (event, attempt, changes), group in groups.items()],
         now,
-        health.in_statement(sent) or [],
+        health.in_statement(sent),
         None if done is None else done[:2],
         hold.to_look(sent),
     )
