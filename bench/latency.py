@@ -447,6 +447,7 @@ def main() -> None:
                     site_busy = busy_share(before, machine_busy())
             finally:
                 run.stop()
+            cores = os.cpu_count() or 1
             cpu_ms = {
                 kind: round(1000 * (cpu_after[kind] - cpu_before[kind]) / len(loaded), 2)
                 for kind in cpu_after
@@ -466,10 +467,9 @@ def main() -> None:
                 "achieved_per_s": round(achieved, 1),
                 "machine_busy_half_load": busy_share(busy_before, busy_after),
                 "half_load_cpu_ms": cpu_ms,
-                "machine_carries_per_s": carried_per_s(cpu_ms, os.cpu_count() or 1),
+                "machine_carries_per_s": carried_per_s(cpu_ms, cores),
                 "site_carries_per_s": carried_per_s(
-                    {kind: cost for kind, cost in cpu_ms.items() if kind not in BENCH_KINDS},
-                    os.cpu_count() or 1,
+                    {kind: cost for kind, cost in cpu_ms.items() if kind not in BENCH_KINDS}, cores
                 ),
                 "site_half_load_per_s": None if site_rate is None else round(site_rate, 1),
                 "e2e_p50_ms_site_half_load": site_ms[0],
