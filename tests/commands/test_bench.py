@@ -34,7 +34,8 @@ def test_the_dispatch_benchmark_runs_in_quick_mode_and_loses_nothing(service_env
     assert figures["dispatch_vs_raw_http"] > 0
     # The loop as deployed and every fast path stock, each in a process of its own.
     assert set(figures["own_process"]) == {"fast", "stock"}
-    assert figures["stock_buys"] > 0 and figures["stock_buys_cpu"] > 0
+    assert figures["stock_buys"] > 0
+    assert figures["stock_buys_cpu"] > 1  # the stock child ran the ORM's way: more CPU a command
 
 
 def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
