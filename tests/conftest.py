@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -100,10 +101,14 @@ def service_env():
     Use with ``transactional_db`` so the rows the test writes are committed where the subprocess
     can read them.
     """
+    return _subprocess_env(database_url(settings.DATABASES["default"]))
+
+
+def _subprocess_env(database: str) -> dict:
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="tests.settings",
-        DATABASE_URL=database_url(settings.DATABASES["default"]),
+        DATABASE_URL=database,
         ANKUSA_TEST_REDIS_DB=str(settings.TEST_REDIS_DB),
         PYTHONPATH=os.pathsep.join([str(settings.BASE_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         PYTHONUNBUFFERED="1",
@@ -137,15 +142,55 @@ def start_node(service_env, tmp_path):
         node.stop()
 
 
-@pytest.fixture
-def private_postgres():
-    """A started PostgreSQL cluster of this test's own (``tests.private_services``), destroyed after."""
-    from tests.private_services import PrivatePostgres, postgres_bindir
+def _private_bindir() -> str:
+    from tests.private_services import postgres_bindir
 
     bindir = postgres_bindir()
     if bindir is None:
         require_service("PostgreSQL binaries", "initdb is not installed")
-    cluster = PrivatePostgres(bindir)
+    return bindir
+
+
+@pytest.fixture
+def private_postgres():
+    """A started PostgreSQL cluster of this test's own (``tests.private_services``), destroyed after."""
+    from tests.private_services import PrivatePostgres
+
+    cluster = PrivatePostgres(_private_bindir())
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def migrated_cluster():
+    """A stopped PostgreSQL cluster with the database ``MIGRATED`` migrated: the files each
+    ``migrated_postgres`` starts from (``manage.py migrate`` once a run instead of once a test)."""
+    from tests.private_services import MIGRATED, PrivatePostgres
+
+    cluster = PrivatePostgres(_private_bindir())
+    try:
+        cluster.start()
+        env = _subprocess_env(cluster.create_database(MIGRATED))
+        migrated = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert migrated.returncode == 0, migrated.stderr
+        cluster.stop()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def migrated_postgres(migrated_cluster):
+    """As ``private_postgres``, with the database ``MIGRATED`` migrated (``url(MIGRATED)``)."""
+    from tests.private_services import PrivatePostgres
+
+    cluster = PrivatePostgres(migrated_cluster.bindir, copy_of=migrated_cluster)
     try:
         cluster.start()
         yield cluster

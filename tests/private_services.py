@@ -21,6 +21,8 @@ import redis
 
 from tests.servers import free_port
 
+MIGRATED = "ankusa"  # the database the ``migrated_postgres`` fixture's clusters hold, migrated
+
 
 class PrivateRedis:
     """A redis-server of this test's own, on a free port, that the test may stop and start again."""
@@ -82,7 +84,9 @@ class PrivatePostgres:
     an immediate restart loses no commit the server has answered, as on a real server.
     """
 
-    def __init__(self, bindir: str, max_connections: int = 100):
+    def __init__(self, bindir: str, max_connections: int = 100, copy_of: PrivatePostgres | None = None):
+        """``copy_of``: a stopped cluster whose files this one starts from (its databases, migrated
+        once for many tests), instead of a new ``initdb``."""
         self.bindir = bindir
         self.port = free_port()
         self.max_connections = max_connections
@@ -94,7 +98,10 @@ class PrivatePostgres:
         if self.user:
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
-        self._run("initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        if copy_of is None:
+            self._run("initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        else:  # owner and modes kept: PostgreSQL refuses a data folder others can read
+            subprocess.run(["cp", "-a", copy_of.data, self.data], check=True, timeout=120)
 
     def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(

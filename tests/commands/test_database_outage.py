@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.commands.outage import CuttingProxy, set_up
+from tests.private_services import MIGRATED
 
 pytestmark = [pytest.mark.slow]
 
@@ -33,8 +34,8 @@ UNKNOWN_WITHOUT_KEY = (
 
 
 @pytest.fixture
-def site(private_postgres, service_env):
-    return set_up(service_env, private_postgres.create_database("ankusa"))
+def site(migrated_postgres, service_env):
+    return set_up(service_env, migrated_postgres.url(MIGRATED))
 
 
 class Client:
@@ -74,7 +75,7 @@ def assert_unavailable(answer, detail: str | None = None):
 
 
 def test_with_the_database_stopped_every_webhook_submission_and_read_is_a_json_503_with_retry_after(
-    site, private_postgres, start_node
+    site, migrated_postgres, start_node
 ):
     node = start_node(
         workers=1, threads=4, DATABASE_URL=site.database_url, ANKUSA_INTAKE_CACHE_S=str(CACHE_S)
@@ -84,7 +85,7 @@ def test_with_the_database_stopped_every_webhook_submission_and_read_is_a_json_5
     status, submitted, _ = client.submit("before")
     assert status == 202
 
-    private_postgres.stop("immediate")
+    migrated_postgres.stop("immediate")
     stopped = time.monotonic()
     # The first webhook finds the source's configuration kept: its write cannot reach the database.
     assert_unavailable(client.hook("kept-route"), NOTHING_STORED)
@@ -98,7 +99,7 @@ def test_with_the_database_stopped_every_webhook_submission_and_read_is_a_json_5
     assert_unavailable(client.read(f"/api/v1/commands/{submitted['id']}/"))
     assert_unavailable(client.read("/api/v1/deliveries/"))
 
-    private_postgres.start()
+    migrated_postgres.start()
     assert client.hook("kept-route")[0] == 202
     assert client.hook("during-0")[0] == 202
     assert client.submit("during")[0] == 202
@@ -107,7 +108,7 @@ def test_with_the_database_stopped_every_webhook_submission_and_read_is_a_json_5
 
 
 def test_an_immediate_restart_under_load_answers_each_webhook_202_200_or_503_never_500(
-    site, private_postgres, start_node
+    site, migrated_postgres, start_node
 ):
     node = start_node(
         workers=2, threads=4, DATABASE_URL=site.database_url, ANKUSA_INTAKE_CACHE_S=str(CACHE_S)
@@ -127,7 +128,7 @@ def test_an_immediate_restart_under_load_answers_each_webhook_202_200_or_503_nev
     for thread in providers:
         thread.start()
     time.sleep(0.5)
-    private_postgres.restart("immediate")
+    migrated_postgres.restart("immediate")
     time.sleep(2 * CACHE_S)  # past the kept configuration: its read meets the database again
     stop.set()
     for thread in providers:
@@ -148,8 +149,8 @@ def test_an_immediate_restart_under_load_answers_each_webhook_202_200_or_503_nev
 
 
 @pytest.fixture
-def proxy(private_postgres):
-    running = CuttingProxy(private_postgres.port)
+def proxy(migrated_postgres):
+    running = CuttingProxy(migrated_postgres.port)
     yield running
     running.close()
 
@@ -160,9 +161,9 @@ def proxy(private_postgres):
     ids=["database", "redis", "redis-orm"],
 )
 def test_a_connection_lost_while_the_commit_is_answered_is_a_503_that_says_the_outcome_is_unknown(
-    site, private_postgres, proxy, start_node, redis_client, queue, stock
+    site, migrated_postgres, proxy, start_node, redis_client, queue, stock
 ):
-    through_proxy = site.database_url.replace(f":{private_postgres.port}/", f":{proxy.port}/")
+    through_proxy = site.database_url.replace(f":{migrated_postgres.port}/", f":{proxy.port}/")
     node = start_node(
         workers=1,
         threads=2,
@@ -187,9 +188,9 @@ def test_a_connection_lost_while_the_commit_is_answered_is_a_503_that_says_the_o
 
 
 def test_a_submission_whose_commit_answer_was_lost_says_the_outcome_is_unknown_and_how_to_retry(
-    site, private_postgres, proxy, start_node
+    site, migrated_postgres, proxy, start_node
 ):
-    through_proxy = site.database_url.replace(f":{private_postgres.port}/", f":{proxy.port}/")
+    through_proxy = site.database_url.replace(f":{migrated_postgres.port}/", f":{proxy.port}/")
     client = Client(start_node(workers=1, threads=2, DATABASE_URL=through_proxy), site.token)
     assert client.submit("before")[0] == 202
 
@@ -208,9 +209,9 @@ def test_a_submission_whose_commit_answer_was_lost_says_the_outcome_is_unknown_a
 
 
 def test_a_connection_lost_before_the_commit_was_sent_is_a_503_that_says_nothing_was_stored(
-    site, private_postgres, proxy, start_node, redis_client
+    site, migrated_postgres, proxy, start_node, redis_client
 ):
-    through_proxy = site.database_url.replace(f":{private_postgres.port}/", f":{proxy.port}/")
+    through_proxy = site.database_url.replace(f":{migrated_postgres.port}/", f":{proxy.port}/")
     # The ORM's write is a transaction: the server answers its INSERT, and that answer is cut.
     node = start_node(
         workers=1,

@@ -1,5 +1,5 @@
 """A real ``manage.py dispatch`` under a PostgreSQL outage, on a cluster of the test's own that it
-stops and starts (``private_postgres``), against a counting receiver: what the receiver answered
+stops and starts (``migrated_postgres``), against a counting receiver: what the receiver answered
 is written once the database is back — by the loop that kept it, or from the spool of a loop that
 had to exit — and the loop is back at work within seconds, not at its next round."""
 
@@ -18,6 +18,7 @@ from django.conf import settings
 from commands.models import Command
 from tests.commands.children import Output, start, stop
 from tests.commands.sink import Gate
+from tests.private_services import MIGRATED
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.slow
@@ -26,19 +27,9 @@ COMMANDS = Command._meta.db_table
 
 
 @pytest.fixture
-def database(private_postgres, service_env):
-    """A migrated database on the private cluster; its URL."""
-    url = private_postgres.create_database("ankusa")
-    migrated = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=settings.BASE_DIR,
-        env={**service_env, "DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert migrated.returncode == 0, migrated.stderr
-    return url
+def database(migrated_postgres):
+    """The migrated database on the private cluster; its URL."""
+    return migrated_postgres.url(MIGRATED)
 
 
 @pytest.fixture
@@ -95,25 +86,25 @@ def dispatch_loop(env: dict) -> Output:
     return start([sys.executable, "manage.py", "dispatch"], cwd=settings.BASE_DIR, env=env)
 
 
-def answered_while_the_database_is_down(private_postgres, sink, loop: Output) -> None:
+def answered_while_the_database_is_down(migrated_postgres, sink, loop: Output) -> None:
     """Hold four sends at the receiver, stop PostgreSQL, then let the receiver answer them: the
     loop has outcomes it cannot write (and says so, twice: it tries again)."""
     sink.respond = gate = Gate()
     wait_for(lambda: sink.in_flight == 4, timeout=60, what="four sends held by the receiver")
-    private_postgres.stop("immediate")
+    migrated_postgres.stop("immediate")
     gate.open.set()
     wait_for(lambda: loop.has("finished sends failed; trying again"), what="a failed write")
     wait_for(lambda: loop.has("finished sends failed again"), what="the write tried again")
 
 
 def test_sends_the_receiver_answered_while_postgresql_was_down_end_succeeded(
-    private_postgres, database, loop_env, sink
+    migrated_postgres, database, loop_env, sink
 ):
     make_commands(loop_env, sink.url, 20)
     loop = dispatch_loop(loop_env)
     try:
-        answered_while_the_database_is_down(private_postgres, sink, loop)
-        private_postgres.start()
+        answered_while_the_database_is_down(migrated_postgres, sink, loop)
+        migrated_postgres.start()
         wait_for(lambda: all_succeeded(database, 20), timeout=30, what="every command to succeed")
     finally:
         output = stop(loop)
@@ -122,12 +113,12 @@ def test_sends_the_receiver_answered_while_postgresql_was_down_end_succeeded(
 
 
 def test_a_loop_stopped_while_postgresql_is_down_spools_what_was_answered_and_writes_it_at_its_next_start(
-    private_postgres, database, loop_env, sink, tmp_path
+    migrated_postgres, database, loop_env, sink, tmp_path
 ):
     make_commands(loop_env, sink.url, 20)
     loop = dispatch_loop(loop_env)
     try:
-        answered_while_the_database_is_down(private_postgres, sink, loop)
+        answered_while_the_database_is_down(migrated_postgres, sink, loop)
     finally:
         output = stop(loop)
     assert loop.process.returncode == 0, output
@@ -136,7 +127,7 @@ def test_a_loop_stopped_while_postgresql_is_down_spools_what_was_answered_and_wr
     [spooled] = list(folder.iterdir())
     assert stat.S_IMODE(spooled.stat().st_mode) == 0o600
 
-    private_postgres.start()
+    migrated_postgres.start()
     assert states(database)[("dispatching", "", "")] == 4  # the answered four, unwritten
     again = dispatch_loop(loop_env)
     try:
@@ -149,15 +140,15 @@ def test_a_loop_stopped_while_postgresql_is_down_spools_what_was_answered_and_wr
 
 
 def test_the_loop_drains_again_within_seconds_of_postgresql_coming_back_not_at_its_next_round(
-    private_postgres, database, loop_env, sink
+    migrated_postgres, database, loop_env, sink
 ):
     loop = dispatch_loop(loop_env)
     try:
         wait_for(lambda: loop.has("dispatch round:"), timeout=60, what="the first round")
-        private_postgres.stop("immediate")
+        migrated_postgres.stop("immediate")
         wait_for(lambda: loop.has("dispatch drain failed; retrying in 0.2 s"), what="a failed drain")
         wait_for(lambda: loop.has("retrying in 2 s"), timeout=30, what="the retries at their cap")
-        private_postgres.start()
+        migrated_postgres.start()
         make_commands(loop_env, sink.url, 10, sweep=True)  # queued as intake queues them
         queued = time.monotonic()
         wait_for(lambda: len(sink.counts) == 10, timeout=30, what="the queued commands to be sent")
@@ -169,7 +160,7 @@ def test_the_loop_drains_again_within_seconds_of_postgresql_coming_back_not_at_i
 
 
 def test_a_killed_loops_sends_are_recovered_within_the_visibility_timeout_and_seconds(
-    private_postgres, database, loop_env, sink
+    migrated_postgres, database, loop_env, sink
 ):
     env = {**loop_env, "ANKUSA_HTTP_READ_TIMEOUT_S": "3", "ANKUSA_QUEUE_VISIBILITY_TIMEOUT_S": "6"}
     make_commands(env, sink.url, 20)
