@@ -911,8 +911,8 @@ def main() -> None:
     args = parser.parse_args()
     args.webhooks = args.webhooks or (250 if args.quick else 3000)
     args.rate = args.rate or (50.0 if args.quick else 100.0)
-    # --quick leaves the 1,000-in-flight kill out unless named: the suite runs it already, in
-    # bench/slow_receivers.py --quick (tests/commands/test_bench.py).
+    # --quick leaves the 1,000-in-flight kill out unless named: the suite holds the same claim in
+    # tests/commands/test_send_loop.py.
     default = [name for name in SCENARIOS if not (args.quick and name == "dispatch_kill_1000_in_flight")]
     names = args.only.split(",") if args.only else default
     unknown = set(names) - set(SCENARIOS)

@@ -83,7 +83,8 @@ def test_the_slow_receivers_benchmark_runs_in_quick_mode_and_loses_nothing(servi
     figures = quick_figures(
         "bench/slow_receivers.py", {**service_env, "DATABASE_URL": os.environ["DATABASE_URL"]}
     )
-    runs = [figures, figures["d200"], figures["defaults"], figures["kill"]]
-    assert [(run["lost"], run["double_sent"]) for run in runs] == [(0, 0)] * 4
-    assert figures["quick"] is True
-    assert max(run["db_connections_max"] for run in runs[:3]) <= 8
+    runs = [figures, figures["d200"], figures["defaults"]]
+    assert [(run["lost"], run["double_sent"]) for run in runs] == [(0, 0)] * 3
+    # The kill -9 run is the full benchmark's: tests/commands/test_send_loop.py holds its claim.
+    assert (figures["quick"], figures["kill"]) == (True, None)
+    assert max(run["db_connections_max"] for run in runs) <= 8
