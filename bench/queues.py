@@ -8,7 +8,8 @@ Measures, in one run and against baselines measured in the same run:
   original list design (``LPUSH`` / pipelined ``RPOPLPUSH`` into a busy list / ``LREM`` on done);
 * Redis done rate with 100,000 items parked in busy, against the rate with none (the list design
   scans the busy list on every done; the sorted set does not);
-* Redis single-item claim+done cycles against raw ``PING`` round trips;
+* Redis single-item claim+done cycles, and single-item enqueues (intake's, one a webhook), against
+  raw ``PING`` round trips: per second, and per second of the client's CPU;
 * PostgreSQL (when ``DATABASE_URL`` names it) time of a batch-100 claim with 1,000,000 items
   queued (100,000 with ``--quick``) against the time with 1,000;
 * PostgreSQL enqueue commits/s from 8 threads while no consumer sleeps (no ``NOTIFY``) against
@@ -143,11 +144,20 @@ def cycle_rate(queue, cycles: int, one_script: bool) -> float:
     return cycles / (time.perf_counter() - started)
 
 
-def ping_rate(client, count: int) -> float:
-    started = time.perf_counter()
+def enqueue_rate(queue, count: int, clock=time.perf_counter) -> float:
+    """Single-item enqueues per second, as intake makes them on the Redis queue (one a webhook); per
+    second of this process's CPU with ``clock=time.process_time``."""
+    started = clock()
+    for n in range(count):
+        queue.enqueue({"command": n, "attempt": 1})
+    return count / (clock() - started)
+
+
+def ping_rate(client, count: int, clock=time.perf_counter) -> float:
+    started = clock()
     for _ in range(count):
         client.ping()
-    return count / (time.perf_counter() - started)
+    return count / (clock() - started)
 
 
 def bench_redis(client, quick: bool) -> dict:
@@ -174,11 +184,16 @@ def bench_redis(client, quick: bool) -> dict:
     # Round trips feel the neighbours most: many short rounds, so some land in a quiet moment.
     cycles = 500 if quick else 1_000
     single = RedisFIFO(f"{TAG}-single", client=client)
-    one, two, ping = best(
+    enqueued = RedisFIFO(f"{TAG}-enqueue", client=client)
+    one, two, enqueue, ping, enqueue_cpu, ping_cpu = best(
         2 * rounds,
         lambda: cycle_rate(single, cycles, one_script=True),
         lambda: cycle_rate(single, cycles, one_script=False),
+        lambda: enqueue_rate(enqueued, cycles),
         lambda: ping_rate(client, cycles),
+        # What intake's worker pays: the client's CPU, which the round trip's wait hides above.
+        lambda: enqueue_rate(enqueued, cycles, time.process_time),
+        lambda: ping_rate(client, cycles, time.process_time),
     )
     return {
         "ours_b100": ours_b100,
@@ -189,7 +204,10 @@ def bench_redis(client, quick: bool) -> dict:
         "ref_done_loaded": ref_done_loaded,
         "single_one_script": one,
         "single_two_scripts": two,
+        "enqueue": enqueue,
         "ping": ping,
+        "enqueue_cpu": enqueue_cpu,
+        "ping_cpu": ping_cpu,
     }
 
 
@@ -419,6 +437,8 @@ def report(
             ("Redis done, 100,000 parked in busy (items/s)", "done_loaded", "ref_done_loaded"),
             ("Redis single cycle, done+claim in one script (/s)", "single_one_script", "ping"),
             ("Redis single cycle, claim then done (/s)", "single_two_scripts", "ping"),
+            ("Redis single-item enqueue (/s)", "enqueue", "ping"),
+            ("Redis single-item enqueue (/s of client CPU)", "enqueue_cpu", "ping_cpu"),
         ]
     )
     for label, ours, base in rows:
@@ -445,6 +465,8 @@ def report(
         "list_done_busy100k_vs_busy0": ratio("ref_done_loaded", "ref_done_idle"),
         "redis_single_vs_ping": ratio("single_one_script", "ping"),
         "redis_single_two_calls_vs_ping": ratio("single_two_scripts", "ping"),
+        "redis_enqueue_vs_ping": ratio("enqueue", "ping"),
+        "redis_enqueue_vs_ping_cpu": ratio("enqueue_cpu", "ping_cpu"),
         "pg_claim_1m_vs_1k": None if pg is None else round(pg["claim_large_s"] / pg["claim_small_s"], 3),
         "pg_queued_large": None if pg is None else pg["queued_large"],
         "pg_enqueue_nobody_sleeps_vs_one_sleeping": None

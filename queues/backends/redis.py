@@ -15,7 +15,10 @@ every script may touch them all)::
     ankusa:queue:{q}:wake    a list of one token at most: pushed when items enter main,
                              popped by a waiting consumer (``wait_for_work``, BLPOP)
 
-plus ``ankusa:queues``, the set of queue names, for the admin and ``manage.py queues stats``.
+plus ``ankusa:queues``, the set of queue names, for the admin and ``manage.py queues stats``: a
+process adds a queue's name at its first enqueue to it, then with one enqueue every
+``REGISTER_EVERY_S``, and at once when an enqueue finds the sequence new (an emptied Redis). A
+name deleted from it by hand comes back within that time.
 
 Every operation that reads and writes is one script, so it is atomic: two consumers can never pop
 the same id. A claim is LPOP + HMGET + ZADD, a done ZMSCORE + ZREM + HDEL, whatever the batch size;
@@ -57,6 +60,12 @@ from queues.fifo import (
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REGISTRY_KEY = "ankusa:queues"
+# How often a process records a queue it enqueues to in the registry, at most: its first enqueue,
+# then with one enqueue each this many seconds — and at once after one that starts a new sequence
+# (an emptied Redis). By process memory: (queue name, connection pool) -> when it last did.
+REGISTER_EVERY_S = 60.0
+_registered: dict[tuple[str, int], float] = {}
+_clock = time.monotonic  # moved by the tests
 # Items moved per script by recovery and failed-list removal, so no script holds Redis for long.
 BATCH = 1000
 # A claim's token is its claim time in µs. Two claims of one item in the same microsecond would share
@@ -103,25 +112,35 @@ class RedisFIFO(ReliableFIFO):
         encoded = [encode_payload(payload) for payload in payloads]
         if not encoded:
             return []
-        command = ("EVALSHA", SHAS["enqueue"], len(self.keys), *self.keys, micros(self.clock()), *encoded)
+        keys = (*self.keys, self.wake_key)  # the script wakes a waiting consumer itself
+        command = ("EVALSHA", SHAS["enqueue"], len(keys), *keys, micros(self.clock()), *encoded)
         try:
-            first = self._register_and(command)
+            first = self._enqueue(command)
         except NoScriptError:  # nothing was enqueued: the script did not run
             self.redis.script_load(SOURCES["enqueue"])
-            first = self._register_and(command)
+            first = self._enqueue(command)
+        if first == 1:  # a new sequence: a Redis that was emptied, whose registry went with it
+            self.redis.sadd(REGISTRY_KEY, self.name)
         return list(range(first, first + len(encoded)))
 
     def joins_transaction(self, using: str = DEFAULT_DB_ALIAS) -> bool:
         return False  # not the database: written after the caller's commit
 
-    def _register_and(self, command: tuple) -> Any:
-        """Record the queue's name in the registry, run ``command`` and wake a waiting consumer, in
-        one round trip (the push after the script, so the woken consumer finds the items)."""
+    def _enqueue(self, command: tuple) -> Any:
+        """Run the enqueue script, with the queue's name recorded in the registry in the same round
+        trip when this process has not done so for ``REGISTER_EVERY_S`` (the registry's key is in
+        another Cluster slot than the queue's, so it cannot join the script; a pipeline around
+        every enqueue cost a third of its client's CPU)."""
+        due = (self.name, id(self.redis.connection_pool))
+        now = _clock()
+        if _registered.get(due, -REGISTER_EVERY_S) + REGISTER_EVERY_S > now:
+            return self.redis.execute_command(*command)
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.sadd(REGISTRY_KEY, self.name)
             pipe.execute_command(*command)
-            self._push_wake(pipe)
-            return pipe.execute()[1]
+            first = pipe.execute()[1]
+        _registered[due] = now
+        return first
 
     # --- waking consumers (queues.wake) -------------------------------------------------------------
 

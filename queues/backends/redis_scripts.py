@@ -197,6 +197,8 @@ end
 }
 
 # ARGV: now_us, payload...  ->  the first new id
+# KEYS[7]: the queue's wake list (queues.wake), pushed after the items are in main, so a consumer it
+# wakes finds them. ARGV: now_us, payloads  ->  the first new id
 ENQUEUE = """
 local n = #ARGV - 1
 local first = redis.call('INCRBY', SEQ, n) - n + 1
@@ -210,6 +212,8 @@ for i = 1, n do
 end
 chunked('HSET', ITEMS, records, 2)
 chunked('RPUSH', MAIN, ids, 1)
+redis.call('LPUSH', KEYS[7], 1)
+redis.call('LTRIM', KEYS[7], 0, 0)
 return first
 """
 

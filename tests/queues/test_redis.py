@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from redis.crc import key_slot
 
-from queues.backends.redis import RedisFIFO, is_known_queue, known_queues
+from queues.backends import redis as backend
+from queues.backends.redis import REGISTRY_KEY, RedisFIFO, is_known_queue, known_queues
 
 
 def test_every_key_of_a_queue_shares_one_cluster_slot(django_redis):
@@ -19,6 +20,38 @@ def test_enqueue_registers_the_queue_name(django_redis):
     RedisFIFO("commands").enqueue("c")
     assert known_queues() == ["commands", "mail"]
     assert is_known_queue("mail") and not is_known_queue("jobs")
+
+
+def test_a_process_records_a_queue_name_once_a_while_not_at_each_enqueue(django_redis, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(backend, "_clock", lambda: now[0])
+    monkeypatch.setattr(backend, "_registered", {})
+    queue = RedisFIFO("mail")
+    queue.enqueue("first")
+    django_redis.srem(REGISTRY_KEY, "mail")  # by hand: the next enqueues do not look
+    now[0] += backend.REGISTER_EVERY_S - 1
+    queue.enqueue("within the interval")
+    assert not is_known_queue("mail")
+    now[0] += 1
+    queue.enqueue("after it")
+    assert is_known_queue("mail")
+    assert [item.payload for item in queue.claim(3)] == ["first", "within the interval", "after it"]
+
+
+def test_an_emptied_redis_has_the_queue_name_again_at_the_next_enqueue(django_redis, monkeypatch):
+    monkeypatch.setattr(backend, "_clock", lambda: 1000.0)
+    monkeypatch.setattr(backend, "_registered", {})
+    RedisFIFO("mail").enqueue("before")
+    django_redis.flushdb()  # a Redis restarted without persistence: the registry went with it
+    assert RedisFIFO("mail").enqueue("after") == [1]
+    assert known_queues() == ["mail"]
+
+
+def test_an_enqueue_wakes_a_waiting_consumer_in_the_same_script(django_redis):
+    queue = RedisFIFO("mail")
+    queue.enqueue("x", "y")
+    assert django_redis.lrange(queue.wake_key, 0, -1) == [b"1"]  # one token, whatever the items
+    assert queue.wait_for_work(0) and not queue.wait_for_work(0)
 
 
 def test_the_busy_set_is_a_skiplist_from_the_first_claim(django_redis):
