@@ -196,9 +196,8 @@ end
 """,
 }
 
-# ARGV: now_us, payload...  ->  the first new id
-# KEYS[7]: the queue's wake list (queues.wake), pushed after the items are in main, so a consumer it
-# wakes finds them. ARGV: now_us, payloads  ->  the first new id
+# ARGV: now_us, payload...  ->  the first new id. KEYS[7]: the queue's wake list (queues.wake),
+# pushed once the items are in main, so the consumer it wakes finds them.
 ENQUEUE = """
 local n = #ARGV - 1
 local first = redis.call('INCRBY', SEQ, n) - n + 1
