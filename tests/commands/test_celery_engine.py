@@ -46,24 +46,13 @@ def test_celery_worker_and_beat_run_a_task_from_a_venv_of_the_runtime_requiremen
     make_connector, make_command, redis_client, service_env, tmp_path
 ):
     venv = tmp_path / "venv"
-    # No pip of its own (the runner's installs into it: ensurepip and byte-compiling every module
-    # were two thirds of the test's time), so nothing but the requirements is in it.
+    # No pip of its own: the runner's installs into it (ensurepip and byte-compiling every module
+    # were most of the set-up's time), and nothing but the requirements is in it.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    requirements = str(settings.BASE_DIR / "requirements.txt")
+    pip = [sys.executable, "-m", "pip", "--python", python]
     installed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            python,
-            "install",
-            "--quiet",
-            "--no-compile",
-            "-r",
-            requirements,
-        ],
+        [*pip, "install", "--quiet", "--no-compile", "-r", str(settings.BASE_DIR / "requirements.txt")],
         capture_output=True,
         text=True,
         timeout=900,
