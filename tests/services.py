@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import NoReturn
 from urllib.parse import quote, urlsplit
 
 import pytest
@@ -18,7 +19,7 @@ def services_required() -> bool:
     return os.environ.get("ANKUSA_REQUIRE_SERVICES", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def require_service(name: str, reason: str) -> None:
+def require_service(name: str, reason: str) -> NoReturn:
     """Skip the current test, or fail it when CI requires every service."""
     message = f"{name} is not reachable: {reason}"
     if services_required():
