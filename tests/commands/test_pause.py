@@ -254,6 +254,13 @@ def test_a_drain_that_keeps_claiming_sees_a_fixed_url_and_a_stop_committed_since
             Connector.objects.filter(pk=connector.pk).update(url=sink.url + "/new")
             sent.append(_queued(make_command, queue, connector))
             wait_for(lambda: len(sink.received) == 2, timeout=10, what="the send after the fix")
+            # Its success recorded first: a success recorded while a connector is held releases
+            # the hold (commands.dispatch.hold), and the recorder lags the receiver.
+            wait_for(
+                lambda: Command.objects.get(pk=sent[1].pk).state == State.SUCCEEDED,
+                timeout=10,
+                what="the send after the fix to be recorded",
+            )
             stop(connector)
             stopped = _queued(make_command, queue, connector)
             wait_for(
