@@ -147,6 +147,7 @@ class RedisFIFO(ReliableFIFO):
 
     def _push_wake(self, pipe) -> None:
         # One token at most: a waiter needs one, and a producer nobody waits for costs no memory.
+        # The enqueue script pushes the same token itself (redis_scripts.ENQUEUE): keep them alike.
         pipe.lpush(self.wake_key, 1)
         pipe.ltrim(self.wake_key, 0, 0)
 

@@ -47,7 +47,21 @@ def test_an_emptied_redis_has_the_queue_name_again_at_the_next_enqueue(django_re
     assert known_queues() == ["mail"]
 
 
-def test_an_enqueue_wakes_a_waiting_consumer_in_the_same_script(django_redis):
+def test_an_enqueue_after_a_script_flush_loads_the_script_and_enqueues_once(django_redis, monkeypatch):
+    """A restarted Redis forgets its scripts: NOSCRIPT on either way (with the registry or not)."""
+    now = [1000.0]
+    monkeypatch.setattr(backend, "_clock", lambda: now[0])
+    monkeypatch.setattr(backend, "_registered", {})
+    queue = RedisFIFO("mail")
+    django_redis.script_flush()
+    queue.enqueue("registered with it")  # the pipeline's way: the registry is due
+    django_redis.script_flush()
+    queue.enqueue("alone")  # the script alone
+    assert [item.payload for item in queue.claim(3)] == ["registered with it", "alone"]
+    assert is_known_queue("mail")
+
+
+def test_an_enqueue_leaves_one_wake_token_whatever_its_items(django_redis):
     queue = RedisFIFO("mail")
     queue.enqueue("x", "y")
     assert django_redis.lrange(queue.wake_key, 0, -1) == [b"1"]  # one token, whatever the items
