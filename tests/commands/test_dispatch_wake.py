@@ -96,7 +96,10 @@ class LoopProcess:
 
 def listeners() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ankusa-wake'")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'ankusa-wake' AND datname = current_database()"
+        )
         return cursor.fetchone()[0]
 
 
