@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ from django.test.client import ClientHandler
 
 from ankusa_site.handlers import HookShortcut
 from tests.api_world import call, world  # noqa: F401 - the REST API tests' fixtures
+from tests.private_services import PrivateRedis
 from tests.servers import Node
 from tests.services import database_url, require_service, tcp_reachable
 
@@ -77,6 +79,30 @@ def redis_client():
     yield client
     client.flushdb()
     client.close()
+
+
+@pytest.fixture
+def start_private_redis(tmp_path):
+    """Start a private redis-server (optionally with a password); each is killed after the test."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        require_service("redis-server", "the redis-server binary is not installed")
+    servers = []
+
+    def start(password: str = "") -> PrivateRedis:
+        server = PrivateRedis(binary, tmp_path, password)
+        servers.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def private_redis(start_private_redis):
+    return start_private_redis()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from commands.models import Command, Delivery
 from limits.models import Tenant
 from queues.models import QueueItem
 from tests.commands.conftest import github_headers
-from tests.limits.conftest import silent_socket, start_private_redis  # noqa: F401 - fixtures
+from tests.limits.conftest import silent_socket  # noqa: F401 - fixture
 from tests.servers import MALFORMED_CHUNKS, Trickle, read_to_close, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -147,7 +147,7 @@ def test_a_holder_killed_between_claim_and_commit_leaves_the_retry_to_be_accepte
 def test_with_redis_down_nodes_answer_from_local_state_and_the_database_refuses_a_cross_node_duplicate(
     hook_source,
     start_node,
-    start_private_redis,  # noqa: F811
+    start_private_redis,
 ):
     redis_server = start_private_redis()
     env = {"ANKUSA_STORE_SCOPE": "fleet", "ANKUSA_STORE_TIMEOUT_MS": "50", "REDIS_URL": redis_server.url}

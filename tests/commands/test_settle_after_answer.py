@@ -15,7 +15,6 @@ from django.db import connection
 from commands.models import Delivery
 from limits import admission
 from limits.store import Ok, forget_store, get_store, settling
-from tests.limits.conftest import start_private_redis  # noqa: F401 - fixture
 from tests.servers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -90,7 +89,7 @@ def test_settles_ride_on_the_next_claims_round_trip_and_the_rest_go_together_in_
     hook_source,
     post_hook,
     settings,
-    start_private_redis,  # noqa: F811
+    start_private_redis,
     monkeypatch,
 ):
     server = start_private_redis()  # its counters are this test's alone

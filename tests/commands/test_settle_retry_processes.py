@@ -12,7 +12,6 @@ from django.conf import settings
 
 from commands.models import Delivery
 from tests.commands.test_intake_processes import HeldWriteLock
-from tests.limits.conftest import start_private_redis  # noqa: F401 - fixture
 from tests.servers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -21,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def test_a_committed_webhooks_settle_that_timed_out_lands_and_its_retry_is_a_duplicate(
     hook_source,
     start_node,
-    start_private_redis,  # noqa: F811
+    start_private_redis,
 ):
     redis_server = start_private_redis()
     # The node's store is on the tests' Redis database number (tests.settings), on this server.

@@ -1,8 +1,7 @@
-"""Fixtures of the limits tests: an injected clock, both stores, a private Redis and a silent socket."""
+"""Fixtures of the limits tests: an injected clock, both stores and a silent socket."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 
 import pytest
@@ -10,8 +9,6 @@ from django.conf import settings
 
 from limits.admission import admit
 from limits.store import LocalStore, RateLimited, RedisStore, forget_store
-from tests.private_services import PrivateRedis
-from tests.services import require_service
 
 START_US = 1_800_000_000_000_000  # 2027-01-15, a fixed instant so answers never depend on the day
 
@@ -66,30 +63,6 @@ def redis_store(redis_client, clock):
 def store(request):
     """The contract suite runs once against each implementation, with the same injected clock."""
     return request.getfixturevalue(f"{request.param}_store")
-
-
-@pytest.fixture
-def start_private_redis(tmp_path):
-    """Start a private redis-server (optionally with a password); each is killed after the test."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        require_service("redis-server", "the redis-server binary is not installed")
-    servers = []
-
-    def start(password: str = "") -> PrivateRedis:
-        server = PrivateRedis(binary, tmp_path, password)
-        servers.append(server)
-        server.start()
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-@pytest.fixture
-def private_redis(start_private_redis):
-    return start_private_redis()
 
 
 @pytest.fixture
