@@ -61,7 +61,7 @@ from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 from ankusa_site.core.stock import parse  # noqa: E402
 from bench.intake import stock_option  # noqa: E402
-from bench.latency import named, process_cpu  # noqa: E402
+from bench.latency import postmaster_of, server_cpu  # noqa: E402
 from commands.dispatch import event_loop  # noqa: E402
 from commands.dispatch.adapters import http_async  # noqa: E402
 from commands.dispatch.dispatcher import Dispatcher  # noqa: E402
@@ -145,10 +145,10 @@ def child_round(n: int, name: str) -> dict:
     warm = Connector.objects.create(tenant=tenant, name=f"{name}-warm", kind="http", url=url, idempotent=True)
     through_the_loop(warm, min(300, n))
     speed = Connector.objects.create(tenant=tenant, name=name, kind="http", url=url, idempotent=True)
-    cpu, server = time.process_time(), process_cpu(named("postgres"))
+    postmaster = postmaster_of(connection)
+    cpu, server = time.process_time(), server_cpu(postmaster)
     per_s = through_the_loop(speed, n)
-    # A backend that ended meanwhile is missed: the round's own outlives it.
-    cpu, server = time.process_time() - cpu, process_cpu(named("postgres")) - server
+    cpu, server = time.process_time() - cpu, server_cpu(postmaster) - server
     return {
         "per_s": round(per_s, 1),
         "cpu_ms": {"loop": round(1000 * cpu / n, 3), "postgres": round(1000 * server / n, 3)},

@@ -117,6 +117,38 @@ def process_cpu(pids) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def server_cpu(postmaster: int) -> float:
+    """CPU seconds the PostgreSQL server whose postmaster is ``postmaster`` used so far: its own, its
+    live children's and, through the postmaster's ``cutime`` and ``cstime``, those of the children
+    it has reaped. A difference of two readings counts the backends that ended in between (a
+    closed connection's), which a sum over the live processes would miss or subtract, and no
+    other server on the machine."""
+    children = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == postmaster:  # its parent
+                    children.append(int(pid))
+        except (OSError, ValueError, IndexError):
+            continue
+    try:
+        with open(f"/proc/{postmaster}/stat") as stat:
+            reaped = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return process_cpu(children)
+    reaped_s = (int(reaped[13]) + int(reaped[14])) / os.sysconf("SC_CLK_TCK")  # cutime, cstime
+    return process_cpu([postmaster, *children]) + reaped_s
+
+
+def postmaster_of(connection) -> int:
+    """The pid of the postmaster behind a Django ``connection`` (its backend's parent)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    with open(f"/proc/{backend}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
 def named(command: str) -> list[int]:
     """The pids whose command name (``/proc/<pid>/comm``) is ``command``."""
     found = []
@@ -281,7 +313,7 @@ class Run:
         return {
             "intake": process_cpu(self.node.workers()),
             "dispatch": process_cpu([self.dispatcher.pid]),
-            "postgresql": process_cpu(named("postgres")),
+            "postgresql": server_cpu(postmaster_of(connection)),
             "redis": process_cpu(named("redis-server")),
             "receiver": process_cpu([self.sink.process.pid]),
             "load": process_cpu([os.getpid()]),

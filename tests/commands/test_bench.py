@@ -35,7 +35,10 @@ def test_the_dispatch_benchmark_runs_in_quick_mode_and_loses_nothing(service_env
     # The loop as deployed and every fast path stock, each in a process of its own.
     assert set(figures["own_process"]) == {"fast", "stock"}
     assert figures["stock_buys"] > 0
-    assert figures["stock_buys_cpu"] > 1  # the stock child ran the ORM's way: more CPU a command
+    # The stock child ran the ORM's way: more of its own CPU a command. (Its own: PostgreSQL's share
+    # counts the whole server's, which other work on this machine may share.)
+    own = figures["own_process"]
+    assert own["stock"]["cpu_ms"]["loop"] > own["fast"]["cpu_ms"]["loop"]
 
 
 def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
