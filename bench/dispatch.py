@@ -145,10 +145,11 @@ def child_round(n: int, name: str) -> dict:
     warm = Connector.objects.create(tenant=tenant, name=f"{name}-warm", kind="http", url=url, idempotent=True)
     through_the_loop(warm, min(300, n))
     speed = Connector.objects.create(tenant=tenant, name=name, kind="http", url=url, idempotent=True)
-    postmaster = postmaster_of(connection)
-    cpu, server = time.process_time(), server_cpu(postmaster)
+    # SQLite's work is the loop's own: it runs in this process.
+    postmaster = postmaster_of(connection) if connection.vendor == "postgresql" else None
+    cpu, server = time.process_time(), server_cpu(postmaster) if postmaster else 0.0
     per_s = through_the_loop(speed, n)
-    cpu, server = time.process_time() - cpu, server_cpu(postmaster) - server
+    cpu, server = time.process_time() - cpu, (server_cpu(postmaster) - server) if postmaster else 0.0
     return {
         "per_s": round(per_s, 1),
         "cpu_ms": {"loop": round(1000 * cpu / n, 3), "postgres": round(1000 * server / n, 3)},
