@@ -38,7 +38,10 @@ run: $(VENV)/.installed
 
 # The whole suite plus the linter and the type checker (its cache in var/mypy_cache), then the
 # intake, dispatch and database-queue tests once more with every fast path turned back to stock Django
-# (ankusa_site/core/stock.py), which each is held to. Uses DATABASE_URL / REDIS_URL when set.
+# (ankusa_site/core/stock.py), which each is held to. Uses DATABASE_URL / REDIS_URL when set. The
+# suite runs on TEST_WORKERS pytest-xdist workers (each its own test database and Redis database;
+# 0: in one process); worksteal, because a few tests take most of the time.
+TEST_WORKERS ?= 2
 STOCK_TESTS := tests/commands/test_intake_hooks.py tests/commands/test_intake_api.py \
 	tests/commands/test_intake_json.py tests/commands/test_dispatch.py \
 	tests/commands/test_dispatch_statements.py tests/commands/test_dispatch_outcomes.py \
@@ -47,8 +50,8 @@ STOCK_TESTS := tests/commands/test_intake_hooks.py tests/commands/test_intake_ap
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .
-	$(PY) -m pytest $(PYTEST_ARGS)
-	ANKUSA_STOCK_DJANGO=1 $(PY) -m pytest -q $(STOCK_TESTS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	ANKUSA_STOCK_DJANGO=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(STOCK_TESTS)
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

@@ -1,9 +1,10 @@
 """Settings for the test suite: the site's own, pointed at test-only Redis and databases.
 
-The fixtures flush the run's Redis database around every test, so each run takes a number of its
-own on the host ``REDIS_URL`` names, never 0 (the site's own default): ``ANKUSA_TEST_REDIS_DB``
-when given, else the first free one, claimed for the life of the run (``tests.redis_claim``).
-The number is put back into the environment, so every subprocess of the run uses the same one.
+The fixtures flush the run's Redis database around every test, so each run, and each worker of a
+pytest-xdist run, takes a number of its own on the host ``REDIS_URL`` names, never 0 (the site's
+own default): ``ANKUSA_TEST_REDIS_DB`` when given (to a run in one process), else the first free
+one, claimed for the life of the process (``tests.redis_claim``). The number is put back into the
+environment, so every subprocess of the run or worker uses the same one.
 """
 
 import os
@@ -15,7 +16,10 @@ from ankusa_site.settings import *  # noqa: E402
 from ankusa_site.settings import REDIS_URL  # noqa: E402 - named, for the type checker
 from tests import redis_claim  # noqa: E402
 
-if os.environ.get("ANKUSA_TEST_REDIS_DB"):
+# A pytest-xdist worker inherits the number its starter claimed and takes one of its own; the
+# worker's subprocesses see by ANKUSA_TEST_REDIS_DB_WORKER that the number is their worker's.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if os.environ.get("ANKUSA_TEST_REDIS_DB") and os.environ.get("ANKUSA_TEST_REDIS_DB_WORKER", "") == _WORKER:
     TEST_REDIS_DB = env_int("ANKUSA_TEST_REDIS_DB", 15, minimum=1, maximum=15)
     # Held (unless the run that started this process holds it) so no other run claims it.
     _REDIS_CLAIM = redis_claim.hold(REDIS_URL, TEST_REDIS_DB)
@@ -23,6 +27,7 @@ else:
     _REDIS_CLAIM = redis_claim.claim(REDIS_URL)
     TEST_REDIS_DB = _REDIS_CLAIM.db
     os.environ["ANKUSA_TEST_REDIS_DB"] = str(TEST_REDIS_DB)
+    os.environ["ANKUSA_TEST_REDIS_DB_WORKER"] = _WORKER
 
 REDIS_URL = redis_claim.with_db(REDIS_URL, TEST_REDIS_DB)
 CACHES["redis"]["LOCATION"] = REDIS_URL

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import textwrap
 
@@ -22,6 +23,18 @@ CLAIMER = textwrap.dedent(
     claim = redis_claim.claim(sys.argv[3], lock_dir=Path(sys.argv[1]))
     print(claim.db, flush=True)
     sys.stdin.read()  # hold the claim until the test closes our stdin
+    """
+)
+
+
+SETTINGS_NUMBER = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    from django.conf import settings
+    print(settings.TEST_REDIS_DB, flush=True)
+    if len(sys.argv) > 1:  # a worker: and a subprocess of it, as its tests start them
+        subprocess.run([sys.executable, "-c", sys.argv[1]], check=True)
     """
 )
 
@@ -101,3 +114,19 @@ def test_database_zero_is_never_a_test_database(tmp_path):
 def test_this_run_holds_its_own_database():
     assert settings.REDIS_URL.endswith(f"/{settings.TEST_REDIS_DB}")
     assert redis_claim.hold(settings.REDIS_URL, settings.TEST_REDIS_DB) is None
+
+
+def test_a_pytest_xdist_worker_takes_a_database_of_its_own_and_its_subprocesses_use_it(python):
+    # A worker inherits the environment of the run that started it, this run's number in it.
+    worker = subprocess.run(
+        [python, "-c", SETTINGS_NUMBER, SETTINGS_NUMBER],
+        env={**os.environ, "PYTEST_XDIST_WORKER": "gw7"},
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 0, worker.stderr
+    own, its_subprocess = (int(number) for number in worker.stdout.split())
+    assert own != settings.TEST_REDIS_DB
+    assert its_subprocess == own
