@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: real Redis, the test database, and subprocess environments."""
+"""Fixtures shared by every test: real Redis, a private redis-server, the test database, and
+subprocess environments."""
 
 from __future__ import annotations
 
