@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.conf import settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine]
 
 
 def quick_figures(script: str, env: dict) -> dict:

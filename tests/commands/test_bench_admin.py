@@ -7,7 +7,7 @@ from django.conf import settings
 
 from tests.commands.test_bench import quick_figures
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine]
 
 
 def test_the_admin_benchmark_runs_in_quick_mode_with_the_same_queries_at_both_sizes(service_env):

@@ -11,7 +11,7 @@ import sys
 import pytest
 from django.conf import settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.machine]
 
 KEYS = (
     "e2e_p50_ms_idle",

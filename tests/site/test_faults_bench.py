@@ -18,7 +18,7 @@ from django.conf import settings
 from tests.private_services import postgres_bindir
 from tests.services import require_service
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.machine]
 
 SCENARIOS = (
     "dispatch_kill",
