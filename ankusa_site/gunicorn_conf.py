@@ -10,7 +10,6 @@ it loaded out of the garbage collector's sight, and a worker that exits stops re
 gauges (its counters stay summed in: what it counted happened).
 """
 
-import gc
 import http
 import ipaddress
 import json
@@ -22,6 +21,7 @@ from gunicorn.glogging import Logger
 
 from ankusa_site.core.env import env_networks
 from ankusa_site.core.logs import is_sensitive
+from ankusa_site.core.longlived import freeze_startup
 
 # gunicorn's statuses for what it refuses, and the site's error codes for them.
 SERVER_ERRORS = {
@@ -142,12 +142,7 @@ logger_class = AccessLog
 
 
 def post_worker_init(worker):
-    # What the worker loaded (modules, the URL resolver, models, settings: hundreds of thousands of
-    # objects) lives as long as it does, yet each collection of the oldest generation walked it
-    # all again; frozen, it is out of the collector's sight (bench/README.md has the figures).
-    # Garbage made while serving is collected as before.
-    gc.collect()  # what loading left as garbage goes now, not frozen with the rest
-    gc.freeze()
+    freeze_startup()  # what the worker loaded, out of the cyclic collector's sight
 
 
 def child_exit(server, worker):

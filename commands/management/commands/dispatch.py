@@ -18,6 +18,8 @@ down) is logged and tried again after a poll period, doubling up to 2 s; with ``
 non-zero.
 
 Any number of these may run at once (see ``commands.dispatch`` for why nothing is sent twice).
+Run as a process of its own, the loop freezes what start-up loaded before its first round
+(``ankusa_site.core.longlived``); run by ``call_command``, it leaves its caller's objects alone.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from ankusa_site.core.arguments import seconds
+from ankusa_site.core.longlived import freeze_startup
 from commands.dispatch.dispatcher import Dispatcher, PollSummary, drain_waiting
 from commands.dispatch.recovery import RecoverSummary, recovery_line
 from commands.dispatch.rounds import keep_recovering, run_round
@@ -47,6 +50,11 @@ class Command(BaseCommand):
     help = "Run the dispatch loop: sweep and drain every interval, recover on a timer (or --once)."
     # The loop's clock; with ``pause``, what tests replace to move time instead of waiting it out.
     clock = staticmethod(time.monotonic)
+    own_process = False  # run from the command line (manage.py dispatch), not by call_command
+
+    def run_from_argv(self, argv):
+        self.own_process = True
+        super().run_from_argv(argv)
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Run one round and exit.")
@@ -75,6 +83,8 @@ class Command(BaseCommand):
                 close_old_connections()
                 self.stdout.write(run_round(dispatcher, max_seconds=max_seconds).line())
             else:
+                if self.own_process:
+                    freeze_startup()
                 try:
                     self.loop(dispatcher, stop, interval, deadline)
                 finally:
