@@ -57,7 +57,7 @@ def test_max_seconds_bounds_a_looping_run(make_connector, make_command):
 
 def test_the_loop_in_a_process_of_its_own_freezes_what_start_up_loaded_and_a_callers_does_not():
     # Each collection of the oldest generation walked every object start-up loaded, holding the
-    # GIL: the loop's sends stopped for up to 175 ms at a time (bench/README.md).
+    # GIL: the loop's sends stopped meanwhile (bench/README.md).
     assert gc.get_freeze_count() == 0
     try:
         call_command("dispatch", "--max-seconds", "0.2", "--interval", "0.1", stdout=io.StringIO())
