@@ -145,11 +145,14 @@ def child_round(n: int, name: str) -> dict:
     warm = Connector.objects.create(tenant=tenant, name=f"{name}-warm", kind="http", url=url, idempotent=True)
     through_the_loop(warm, min(300, n))
     speed = Connector.objects.create(tenant=tenant, name=name, kind="http", url=url, idempotent=True)
-    # SQLite's work is the loop's own: it runs in this process.
     postmaster = postmaster_of(connection) if connection.vendor == "postgresql" else None
-    cpu, server = time.process_time(), server_cpu(postmaster) if postmaster else 0.0
+
+    def server_seconds() -> float:
+        return server_cpu(postmaster) if postmaster else 0.0  # SQLite works in this process
+
+    cpu, server = time.process_time(), server_seconds()
     per_s = through_the_loop(speed, n)
-    cpu, server = time.process_time() - cpu, (server_cpu(postmaster) - server) if postmaster else 0.0
+    cpu, server = time.process_time() - cpu, server_seconds() - server
     return {
         "per_s": round(per_s, 1),
         "cpu_ms": {"loop": round(1000 * cpu / n, 3), "postgres": round(1000 * server / n, 3)},

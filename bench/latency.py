@@ -104,13 +104,19 @@ def busy_share(before: tuple[float, float], after: tuple[float, float]) -> float
     return round((after[0] - before[0]) / max(1, after[1] - before[1]), 2)
 
 
+def _stat(pid) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (the state first, so ``man proc``'s
+    field n is at n - 3). Raises ``OSError`` for a process that is gone."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()
+
+
 def process_cpu(pids) -> float:
     """CPU seconds (user and system) the processes ``pids`` used so far; those gone count 0."""
     total = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            fields = _stat(pid)
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime
@@ -126,16 +132,11 @@ def server_cpu(postmaster: int) -> float:
     children = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if int(stat.read().rsplit(")", 1)[1].split()[1]) == postmaster:  # its parent
-                    children.append(int(pid))
-        except (OSError, ValueError, IndexError):
+            if int(_stat(pid)[1]) == postmaster:  # its parent
+                children.append(int(pid))
+        except OSError:
             continue
-    try:
-        with open(f"/proc/{postmaster}/stat") as stat:
-            reaped = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return process_cpu(children)
+    reaped = _stat(postmaster)
     reaped_s = (int(reaped[13]) + int(reaped[14])) / os.sysconf("SC_CLK_TCK")  # cutime, cstime
     return process_cpu([postmaster, *children]) + reaped_s
 
@@ -145,8 +146,7 @@ def postmaster_of(connection) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
-    with open(f"/proc/{backend}/stat") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[1])
+    return int(_stat(backend)[1])
 
 
 def named(command: str) -> list[int]:
