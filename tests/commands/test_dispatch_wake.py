@@ -25,6 +25,7 @@ from commands.states import State
 from queues import wake
 from queues.backends import get_queue
 from tests.commands.sink import Sink
+from tests.queues.test_wake import listeners
 from tests.servers import wait_for
 from tests.staff import staff_user
 
@@ -92,15 +93,6 @@ class LoopProcess:
         self.process.terminate()
         output, _ = self.process.communicate(timeout=30)
         return output
-
-
-def listeners() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name = 'ankusa-wake' AND datname = current_database()"
-        )
-        return cursor.fetchone()[0]
 
 
 @pytest.fixture(params=["thread", "process"])
