@@ -26,16 +26,21 @@ same Redis, ``get_or_create`` and the ORM in one transaction). And beside the si
 gunicorn per variant, driven with the same webhooks in each round: ``ANKUSA_STOCK_DJANGO`` for
 every value of ``--stock`` (by default ``all``, then each layer alone: ``handler``, ``prepared``,
 ``sql``, ``backend``), and, with the fleet store, ``ANKUSA_SETTLE_AFTER_ANSWER=0`` (the claim
-settled before the answer, one round trip per webhook).
+settled before the answer, one round trip per webhook). With ``--without-waits`` (PostgreSQL),
+three more: the intake with the fleet store's round trip, its statement's, or both answered in
+each worker from a recording of real ones (``bench/gunicorn_replayed.py``, ``bench/replay.py``;
+only the first of each is stored) — what the intake would do if it did not wait for them, which
+the guarantees forbid (the claim before the commit, the 202 after it).
 
 Figures (the JSON line at the end):
 
 * ``intake_vs_obvious_django`` (and ``_sqlite``) — accepted webhooks/s, ours ÷ the obvious
   receiver's, best rounds (target ≥ 2.0); ``_paired``: the median of the same within each round;
   ``obvious_vs_bare_view``: the peer's own ratio to the bare view;
-* for each variant (``stock``, ``stock_handler`` … ``settle_in_request``): ``intake_vs_bare_view_<v>``,
-  ``p50_ms_<v>``, ``p99_ms_<v>`` and ``<v>_buys`` — the site's accepted webhooks/s ÷ the variant's:
-  what the fast path (or settling after the answer) buys, above 1 when it buys anything;
+* for each variant (``stock``, ``stock_handler`` … ``settle_in_request``, ``without_store_wait`` …):
+  ``intake_vs_bare_view_<v>``, ``p50_ms_<v>``, ``p99_ms_<v>`` and ``<v>_buys`` — the site's
+  accepted webhooks/s ÷ the variant's: what the fast path (or settling after the answer) buys,
+  above 1 when it buys anything; below 1 for a ``without_*`` variant, whose wait it prices;
 * ``..._worker_cpu`` beside those: the same comparison made with the gunicorn workers' own CPU
   per webhook (median over rounds; the other's ÷ ours, above 1 when ours costs less) — on a shared
   machine throughput moves with the neighbours' load, a worker's CPU per request much less;
@@ -98,6 +103,15 @@ source = Source.objects.create(
 )
 source.connectors.set([Connector.objects.create(tenant=tenant, name="log", kind="log")])
 """
+
+DEPLOYED = "ankusa_site.gunicorn_conf"
+# --without-waits: the intake with its store's round trip, its statement's, or both answered in
+# the worker (bench/replay.py), by variant.
+WITHOUT_WAITS = {
+    "without_store_wait": "store",
+    "without_statement_wait": "statement",
+    "without_either_wait": "store,statement",
+}
 
 ANALYZE = "from django.db import connection; connection.cursor().execute('ANALYZE')"
 
@@ -306,7 +320,7 @@ class Server:
     and, as ``manage.py serve`` and the deploy units, a ``PROMETHEUS_MULTIPROC_DIR`` of its own: the
     workers then count into shared files, as they do when deployed."""
 
-    def __init__(self, env: dict, workers: int, threads: int, config: str = "ankusa_site.gunicorn_conf"):
+    def __init__(self, env: dict, workers: int, threads: int, config: str = DEPLOYED):
         self.port = free_port()
         self.metrics_dir = tempfile.mkdtemp(prefix="ankusa-bench-metrics-")
         env = {**env, "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir}
@@ -390,15 +404,18 @@ def hook_round(server: Server, tenant: str, args, prefix: str = "/hooks") -> dic
     return drive(server.port, hooks, args.concurrency, server.workers(), args.seconds)
 
 
-def variants(name: str, args) -> dict[str, dict[str, str]]:
-    """The servers measured beside the site as deployed, each with what its environment changes:
-    every fast path back to stock Django, each layer alone, and (fleet store only) the claim
-    settled before the answer."""
+def variants(name: str, args) -> dict[str, tuple[dict[str, str], str]]:
+    """The servers measured beside the site as deployed, each with what its environment changes
+    and its gunicorn settings module: every fast path back to stock Django, each layer alone, and
+    (fleet store only) the claim settled before the answer and the what-ifs of ``--without-waits``."""
     found = {}
     for layer in args.stock:
-        found["stock" if layer == "all" else f"stock_{layer}"] = {"ANKUSA_STOCK_DJANGO": layer}
+        found["stock" if layer == "all" else f"stock_{layer}"] = ({"ANKUSA_STOCK_DJANGO": layer}, DEPLOYED)
     if name == "postgres" and not args.quick:
-        found["settle_in_request"] = {"ANKUSA_SETTLE_AFTER_ANSWER": "0"}
+        found["settle_in_request"] = ({"ANKUSA_SETTLE_AFTER_ANSWER": "0"}, DEPLOYED)
+    if name == "postgres" and args.without_waits:
+        for variant, waits in WITHOUT_WAITS.items():
+            found[variant] = ({"BENCH_REPLAY": waits}, "bench.gunicorn_replayed")
     return found
 
 
@@ -409,8 +426,8 @@ def measure(name: str, env: dict, args) -> dict:
     tenant = prepare(env)
     servers = {"fast": Server(env, args.workers, args.threads)}
     try:
-        for variant, changes in variants(name, args).items():
-            servers[variant] = Server({**env, **changes}, args.workers, args.threads)
+        for variant, (changes, config) in variants(name, args).items():
+            servers[variant] = Server({**env, **changes}, args.workers, args.threads, config)
         for server in servers.values():
             warm_up(server, tenant, args.concurrency)
         drive(
@@ -610,6 +627,12 @@ def parse_rounds(parser: argparse.ArgumentParser) -> argparse.Namespace:
 def main() -> None:
     parser = rounds_parser(__doc__.splitlines()[0])
     stock_option(parser)
+    parser.add_argument(
+        "--without-waits",
+        action="store_true",
+        help="PostgreSQL: also serve the intake with its store's round trip, its statement's, and both "
+        "answered in the worker from a recording (what the target would need)",
+    )
     args = parse_rounds(parser)
     if args.stock is None:
         args.stock = ["all"] if args.quick else ["all", "handler", "prepared", "sql", "backend"]

@@ -27,17 +27,16 @@ gunicorn, no other threads and no waiting for the GIL, so the rest of a webhook'
 benchmark is the servers', the wake-ups' and the contention's.
 
 On PostgreSQL with the fleet store a third kind joins those blocks: the same webhooks with their
-three round trips answered by what the real ones answered during the warm-up (the store's claim
-and settle at ``limits.store.redis._Pool.run``, the statement at ``commands.intake.write.execute_prepared``) —
+round trips answered by what the real ones answered during the warm-up (``bench/replay.py``: the
+store's claim, the settles riding on it, and the statement) —
 ``cpu_us_webhook_without_round_trips``: what a webhook costs the worker beyond its waits on Redis
-and PostgreSQL (the sockets, the drivers, the wake-ups), which the issue's order of claim, commit
-and settle fixes at three.
+and PostgreSQL (the sockets, the drivers, the wake-ups), which the order claim, commit, answer
+fixes at two.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import json
 import statistics
@@ -181,48 +180,19 @@ def child(requests: int) -> None:
 
 def recorded_round_trips(send):
     """On PostgreSQL with the fleet store: a context manager under which the store's calls and the
-    intake's statement answer what they answered while ``send`` ran, without reaching Redis or
-    PostgreSQL (their Python around the socket stays). None on any other set-up."""
+    intake's statement answer what they answered while ``send`` ran (``bench/replay.py``), without
+    reaching Redis or PostgreSQL (their Python around the socket stays). None on any other set-up."""
+    from django.conf import settings
     from django.db import connection
 
-    from commands.intake import write as intake
-    from limits.store import redis as redis_store
+    from bench.replay import replaying
     from limits.store import settling
 
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or settings.ANKUSA_STORE_SCOPE != "fleet":
         return None
-    answers, run, execute = {}, redis_store._Pool.run, intake.execute_prepared
-
-    def script(commands):  # EVALSHA's SHA: which of the store's scripts a call runs
-        return commands[0].split(b"\r\n")[4]
-
-    def recording_run(pool, commands, at):
-        answers[script(commands)] = reply = run(pool, commands, at)
-        return reply
-
-    def recording_execute(db, sql, params):
-        answers["statement"] = rows = execute(db, sql, params)
-        return rows
-
-    redis_store._Pool.run, intake.execute_prepared = recording_run, recording_execute
-    try:
+    with replaying():  # records each kind of round trip the first time it is made
         send()
         settling.RETRIER.flush()  # the settles made after the answers, recorded too
-    finally:
-        redis_store._Pool.run, intake.execute_prepared = run, execute
-    if len(answers) != 3:  # the claim, the settle, the statement: or not this set-up
-        return None
-
-    @contextlib.contextmanager
-    def replaying():
-        # A batch of settles gets as many replies as it has commands (the recording's first).
-        redis_store._Pool.run = lambda pool, commands, at: answers[script(commands)][:1] * len(commands)
-        intake.execute_prepared = lambda db, sql, params: answers["statement"]
-        try:
-            yield
-        finally:
-            redis_store._Pool.run, intake.execute_prepared = run, execute
-
     return replaying
 
 
@@ -269,7 +239,7 @@ def main() -> None:
         )
         if "cpu_us_webhook_without_round_trips" in r:
             print(
-                f"  a webhook with its three round trips answered from a recording: "
+                f"  a webhook with its round trips answered from a recording: "
                 f"{r['cpu_us_webhook_without_round_trips']:,} µs"
             )
         print(f"  answers {r['answers']}; where a webhook's go:")

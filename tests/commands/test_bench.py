@@ -13,9 +13,9 @@ from django.conf import settings
 pytestmark = [pytest.mark.slow, pytest.mark.machine]
 
 
-def quick_figures(script: str, env: dict) -> dict:
+def quick_figures(script: str, env: dict, *options: str) -> dict:
     result = subprocess.run(
-        [sys.executable, script, "--quick"],
+        [sys.executable, script, "--quick", *options],
         cwd=settings.BASE_DIR,
         env={**env, "DJANGO_SETTINGS_MODULE": "ankusa_site.settings"},
         capture_output=True,
@@ -42,7 +42,7 @@ def test_the_dispatch_benchmark_runs_in_quick_mode_and_loses_nothing(service_env
 
 def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
     database = os.environ.get("DATABASE_URL", "")  # its PostgreSQL part runs when the suite's does
-    figures = quick_figures("bench/intake.py", {**service_env, "DATABASE_URL": database})
+    figures = quick_figures("bench/intake.py", {**service_env, "DATABASE_URL": database}, "--without-waits")
     assert (figures["accepted_not_stored"], figures["non_2xx"], figures["quick"]) == (0, 0, True)
     assert figures["intake_vs_bare_view_sqlite"] > 0
     assert figures["intake_vs_bare_view_paired_sqlite"] > 0
@@ -51,6 +51,8 @@ def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(servic
     assert figures["intake_vs_bare_view_cpu_sqlite"] > 0  # /proc was read around the rounds
     assert figures["cpu_ms_sqlite"]["intake"]["workers"] > 0
     assert (figures["intake_vs_bare_view"] is not None) == database.startswith("postgres")
+    # The what-if servers (PostgreSQL with the fleet store only) answered too.
+    assert ("intake_vs_bare_view_without_either_wait" in figures) == database.startswith("postgres")
 
 
 def test_the_intake_instruction_count_runs_and_every_webhook_was_accepted(service_env):
@@ -69,6 +71,8 @@ def test_the_intake_instruction_count_runs_and_every_webhook_was_accepted(servic
     assert figures["opcodes_webhook_sqlite"] > figures["opcodes_bare_sqlite"] > 0
     assert figures["cpu_us_webhook_sqlite"] > 0 and figures["cpu_us_bare_sqlite"] > 0
     assert ("opcodes_webhook" in figures) == database.startswith("postgres")
+    # and there, the same webhooks with their round trips answered from a recording
+    assert ("cpu_us_webhook_without_round_trips" in figures) == database.startswith("postgres")
 
 
 def test_the_gunicorn_settings_comparison_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
