@@ -40,8 +40,10 @@ Webhooks go to a GitHub-signed source with one HTTP connector to the receiver. P
 The database queue's figures are top-level keys, the Redis queue's the same keys inside
 ``"redis_queue"``. ``--quick`` makes every phase short (a smoke test, not a measurement);
 ``--web-nice N`` lowers gunicorn's priority (its workers wait for a core behind the dispatcher,
-PostgreSQL and the receiver), to see what the machine's cores cost the latency. Prints a table,
-then one JSON line.
+PostgreSQL and the receiver), to see what the machine's cores cost the latency. ``--engine celery``
+sends with Celery instead of the loop, as deploy/Procfile runs it (a worker's prefork pool of 16
+and beat, ``ANKUSA_DISPATCH_CELERY_WAKE`` on): the same keys, and ``"engine": "celery"``. Prints a
+table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -196,22 +198,51 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
-class Run:
-    """One queue backend's gunicorn and dispatcher, and the webhooks sent to them."""
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` forked (a Celery worker's pool), none once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as found:
+            return [int(child) for child in found.read().split()]
+    except OSError:
+        return []
 
-    def __init__(self, backend: str, env: dict, sink: ReceiverProcess, log_dir: Path):
+
+def dispatch_commands(engine: str, backend: str, log_dir: Path) -> list[list[str]]:
+    """The processes that send, as deployed (deploy/Procfile): the loop, or a Celery worker (the
+    prefork pool, 16 processes) and beat."""
+    if engine == "loop":
+        return [[sys.executable, "manage.py", "dispatch"]]
+    celery = [sys.executable, "-m", "celery", "-A", "ankusa_site"]
+    return [
+        [*celery, "worker", "--concurrency", "16", "--loglevel", "INFO"],
+        [*celery, "beat", "--schedule", str(log_dir / f"beat-schedule-{backend}"), "--pidfile", ""],
+    ]
+
+
+class Run:
+    """One queue backend's gunicorn and dispatcher (the loop, or Celery's worker and beat), and the
+    webhooks sent to them."""
+
+    def __init__(self, backend: str, env: dict, sink: ReceiverProcess, log_dir: Path, engine: str = "loop"):
         self.backend = backend
         self.sink = sink
         self.env = {**env, "ANKUSA_QUEUE_BACKEND": backend}
+        if engine == "celery":  # a commit that queues asks for the poll task, on the site and workers
+            self.env["ANKUSA_DISPATCH_CELERY_WAKE"] = "1"
         self.node = Node(self.env, log_dir / f"gunicorn-{backend}.log", workers=2, threads=8)
         self.dispatch_log = open(log_dir / f"dispatch-{backend}.log", "wb")  # its drain lines
-        self.dispatcher = subprocess.Popen(
-            [sys.executable, "manage.py", "dispatch"],
-            cwd=BASE_DIR,
-            env=self.env,
-            stdout=self.dispatch_log,
-            stderr=subprocess.DEVNULL,  # a log line per send
-        )
+        self.dispatchers = [
+            subprocess.Popen(
+                command,
+                cwd=BASE_DIR,
+                env=self.env,
+                stdout=self.dispatch_log,
+                stderr=subprocess.DEVNULL
+                if engine == "loop"
+                else subprocess.STDOUT,  # the loop: a line a send
+            )
+            for command in dispatch_commands(engine, backend, log_dir)
+        ]
         self.sent = 0
         self.lock = threading.Lock()
 
@@ -263,6 +294,8 @@ class Run:
             batch_size=1000,
         )
         settings.ANKUSA_QUEUE_BACKEND = self.backend  # this process's sweep queues where they look
+        # and under Celery asks for the poll, as the site's sweeps do
+        settings.ANKUSA_DISPATCH_CELERY_WAKE = "ANKUSA_DISPATCH_CELERY_WAKE" in self.env
         started = time.time()
         sweep()
         ids = [command.pk for command in made]
@@ -312,7 +345,9 @@ class Run:
         """CPU seconds so far of each process kind the loaded phase runs (``half_load_cpu_ms``)."""
         return {
             "intake": process_cpu(self.node.workers()),
-            "dispatch": process_cpu([self.dispatcher.pid]),
+            "dispatch": process_cpu(
+                [pid for one in self.dispatchers for pid in (one.pid, *children(one.pid))]
+            ),
             "postgresql": server_cpu(postmaster_of(connection)),
             "redis": process_cpu(named("redis-server")),
             "receiver": process_cpu([self.sink.process.pid]),
@@ -320,8 +355,10 @@ class Run:
         }
 
     def stop(self) -> None:
-        self.dispatcher.terminate()
-        self.dispatcher.wait(timeout=60)
+        for dispatcher in self.dispatchers:
+            dispatcher.terminate()
+        for dispatcher in self.dispatchers:
+            dispatcher.wait(timeout=60)
         self.dispatch_log.close()
         self.node.stop()
 
@@ -417,6 +454,12 @@ def main() -> None:
         "--queues", default="database,redis", help="the queue backends to run, in order (default: both)"
     )
     parser.add_argument(
+        "--engine",
+        choices=("loop", "celery"),
+        default="loop",
+        help="what sends: manage.py dispatch (default), or a Celery worker and beat as deployed",
+    )
+    parser.add_argument(
         "--web-nice",
         type=int,
         default=0,
@@ -461,7 +504,7 @@ def main() -> None:
         seed_history(tenant, source, connector, history_n)
         hop_p50 = statistics.median(celery_hops(env, hops_n, log_dir))
         for backend in args.queues.split(","):
-            run = Run(backend, env, sink, log_dir)
+            run = Run(backend, env, sink, log_dir, args.engine)
             try:
                 run.idle(5)  # warm-up: connections, caches, prepared statements
                 if args.web_nice:
@@ -519,6 +562,8 @@ def main() -> None:
         connection.close()
         teardown_databases(old_config, verbosity=0)
     figures["quick"] = args.quick
+    if args.engine != "loop":
+        figures["engine"] = args.engine
     if args.web_nice:
         figures["web_nice"] = args.web_nice
     print("\n".join(table(figures)))

@@ -1,5 +1,6 @@
 """``bench/latency.py`` (PostgreSQL) still runs, short, and ends with its JSON line: both queues'
-figures, every webhook seen by the receiver (a smoke test, not a measurement); its ``--web-nice``
+figures, every webhook seen by the receiver (a smoke test, not a measurement), with the loop or
+Celery sending; its ``--web-nice``
 reaches every thread of gunicorn's processes; its second loaded phase runs only when the first
 filled the machine."""
 
@@ -31,12 +32,12 @@ SITE_KEYS = (
 )
 
 
-def test_the_latency_benchmark_runs_in_quick_mode_on_both_queues(service_env, redis_client):
+def quick_run(service_env, *options: str) -> dict:
     database = os.environ.get("DATABASE_URL", "")
     if not database.startswith("postgres"):
         pytest.skip("bench/latency.py measures PostgreSQL: run with DATABASE_URL=postgres://...")
     result = subprocess.run(
-        [sys.executable, "bench/latency.py", "--quick"],
+        [sys.executable, "bench/latency.py", "--quick", *options],
         cwd=settings.BASE_DIR,
         # Its own database (lat_<db>) beside the tests'; Redis: this run's own number.
         env={
@@ -52,13 +53,30 @@ def test_the_latency_benchmark_runs_in_quick_mode_on_both_queues(service_env, re
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["quick"] is True
+    return figures
+
+
+def assert_measured(queue: dict) -> None:
+    assert all(queue[key] > 0 for key in KEYS), queue
+    # Every webhook of each phase was measured: the receiver got each command.
+    assert queue["idle_n"] == 8 and queue["half_load_n"] > 0
+    assert queue["site_carries_per_s"] >= queue["machine_carries_per_s"] > 0
+    site = [queue[key] for key in SITE_KEYS]
+    assert site == [None] * 4 or all(value > 0 for value in site), queue
+
+
+def test_the_latency_benchmark_runs_in_quick_mode_on_both_queues(service_env, redis_client):
+    figures = quick_run(service_env)
+    assert "engine" not in figures  # the loop sends
     for queue in (figures, figures["redis_queue"]):
-        assert all(queue[key] > 0 for key in KEYS), queue
-        # Every webhook of each phase was measured: the receiver got each command.
-        assert queue["idle_n"] == 8 and queue["half_load_n"] > 0
-        assert queue["site_carries_per_s"] >= queue["machine_carries_per_s"] > 0
-        site = [queue[key] for key in SITE_KEYS]
-        assert site == [None] * 4 or all(value > 0 for value in site), queue
+        assert_measured(queue)
+
+
+def test_the_latency_benchmark_runs_with_a_celery_worker_and_beat_sending(service_env, redis_client):
+    figures = quick_run(service_env, "--engine", "celery", "--queues", "database")
+    assert figures["engine"] == "celery" and "redis_queue" not in figures
+    assert_measured(figures)
+    assert figures["half_load_cpu_ms"]["dispatch"] > 0  # the worker's pool processes counted
 
 
 def test_web_nice_reaches_every_thread_of_the_processes_it_names():
