@@ -61,6 +61,16 @@ def fresh_store():
     forget_routes()
 
 
+@pytest.fixture(autouse=True)
+def no_kept_dispatcher():
+    """A Celery drain run in the test's process keeps its dispatcher for the next (as a pool
+    process does): it ends with its test, its threads and connections with it."""
+    yield
+    from commands import tasks
+
+    tasks.forget_dispatcher()
+
+
 @pytest.fixture
 def hook_source(tenant, make_connector):
     """``acme/orders``: GitHub-signed, deduped on X-GitHub-Delivery (not on its body: these tests

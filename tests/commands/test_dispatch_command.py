@@ -202,6 +202,51 @@ def test_a_poll_with_an_item_waiting_drains_it_and_releases_the_lock(
     assert caches["redis"].get(tasks.POLL_LOCK) is None
 
 
+def test_a_celery_process_keeps_its_dispatcher_from_one_drain_to_the_next(
+    redis_client, make_connector, make_command, monkeypatch
+):
+    from commands import tasks
+
+    started = []
+    monkeypatch.setattr(
+        tasks, "Dispatcher", lambda *a, **kw: started.append(Dispatcher(*a, **kw)) or started[-1]
+    )
+    connector = make_connector(kind="log")
+    for _ in range(2):
+        command = make_command(connector)
+        sweep()
+        assert tasks.poll() == {"claimed": 1, "results": {"succeeded": 1}}
+        command.refresh_from_db()
+        assert command.state == State.SUCCEEDED
+    assert len(started) == 1  # the second drain sent on the first one's senders
+
+
+def test_a_celery_drain_that_fails_or_leaves_outcomes_unwritten_closes_its_dispatcher(
+    redis_client, make_connector, make_command, monkeypatch
+):
+    from commands import tasks
+
+    closed, close = [], Dispatcher.close
+    monkeypatch.setattr(Dispatcher, "close", lambda self: closed.append(self) or close(self))
+    connector = make_connector(kind="log")
+    make_command(connector)
+    sweep()
+    # The database refused the outcomes until the drain's patience ran out: the close spools them.
+    monkeypatch.setattr(Dispatcher, "pending_commands", lambda self: {1})
+    tasks.poll()
+    assert len(closed) == 1 and tasks._kept is None
+
+    def failing(self, **kwargs):
+        raise ConnectionError("the database went away")
+
+    monkeypatch.setattr(Dispatcher, "drain", failing)
+    make_command(connector)
+    sweep()
+    with pytest.raises(ConnectionError):
+        tasks.poll()
+    assert len(closed) == 2 and closed[1] is not closed[0] and tasks._kept is None
+
+
 def test_a_poll_that_cannot_reach_the_lock_drains_anyway_and_says_so(
     settings, make_connector, make_command, caplog
 ):
