@@ -65,8 +65,10 @@ def consume() -> dict:
     return _drain()
 
 
-# This process's dispatcher and the process it was made in (a forked pool process makes its own).
+# This process's dispatcher and the process it was made in (a forked pool process makes its own),
+# and who drains on it: one drain at a time (a threads pool runs several tasks in one process).
 _kept: tuple[int, Dispatcher] | None = None
+_kept_in_use = threading.Lock()
 
 
 def _drain() -> dict:
@@ -74,19 +76,28 @@ def _drain() -> dict:
     asked by a wake sends at once, rather than first start a pool of senders and a recorder (about
     10 ms a poll; bench/README.md). A drain that raised, or left outcomes unwritten (the database
     refused them), closes it: its outcomes are spooled (``_Recorder``) and the next drain starts a
-    new one. Between two drains it holds no send and no outcome, only idle threads and connections."""
+    new one. Between two drains it holds no send and no outcome, only idle threads and connections.
+    A drain while another of the same process runs on it gets a dispatcher of its own, as before."""
     global _kept
-    if _kept is None or _kept[0] != os.getpid():
-        _kept = (os.getpid(), Dispatcher())
-    dispatcher = _kept[1]
-    clean = False
+    # One interval at most, so a long backlog is shared between workers and beat's next round.
+    max_seconds = settings.ANKUSA_DISPATCH_INTERVAL_S
+    if not _kept_in_use.acquire(blocking=False):
+        with Dispatcher() as dispatcher:
+            summary = dispatcher.drain(max_seconds=max_seconds)
+        return {"claimed": summary.claimed, "results": dict(summary.results)}
     try:
-        # One interval at most, so a long backlog is shared between workers and beat's next round.
-        summary = dispatcher.drain(max_seconds=settings.ANKUSA_DISPATCH_INTERVAL_S)
-        clean = not dispatcher.pending_commands()
+        if _kept is None or _kept[0] != os.getpid():
+            _kept = (os.getpid(), Dispatcher())
+        dispatcher = _kept[1]
+        clean = False
+        try:
+            summary = dispatcher.drain(max_seconds=max_seconds)
+            clean = not dispatcher.pending_commands()
+        finally:
+            if not clean:
+                forget_dispatcher()
     finally:
-        if not clean:
-            forget_dispatcher()
+        _kept_in_use.release()
     return {"claimed": summary.claimed, "results": dict(summary.results)}
 
 

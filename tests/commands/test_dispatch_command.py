@@ -221,6 +221,20 @@ def test_a_celery_process_keeps_its_dispatcher_from_one_drain_to_the_next(
     assert len(started) == 1  # the second drain sent on the first one's senders
 
 
+def test_a_celery_drain_while_another_of_its_process_runs_gets_a_dispatcher_of_its_own(
+    redis_client, make_connector, make_command
+):
+    from commands import tasks
+
+    command = make_command(make_connector(kind="log"))
+    sweep()
+    with tasks._kept_in_use:  # a threads pool: another task's drain is on the kept one
+        assert tasks.consume() == {"claimed": 1, "results": {"succeeded": 1}}
+    assert tasks._kept is None  # its own, closed at its end; nothing was kept
+    command.refresh_from_db()
+    assert command.state == State.SUCCEEDED
+
+
 def test_a_celery_drain_that_fails_or_leaves_outcomes_unwritten_closes_its_dispatcher(
     redis_client, make_connector, make_command, monkeypatch
 ):
