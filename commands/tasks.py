@@ -73,8 +73,8 @@ _kept_in_use = threading.Lock()
 
 def _drain() -> dict:
     """A drain on this process's dispatcher, kept between tasks as the loop keeps its own: a drain
-    asked by a wake sends at once, rather than first start a pool of senders and a recorder (about
-    10 ms a poll; bench/README.md). A drain that raised, or left outcomes unwritten (the database
+    asked by a wake sends at once, rather than first start a pool of senders and a recorder
+    (bench/README.md, *Celery sending*). A drain that raised, or left outcomes unwritten (the database
     refused them), closes it: its outcomes are spooled (``_Recorder``) and the next drain starts a
     new one. Between two drains it holds no send and no outcome, only idle threads and connections.
     A drain while another of the same process runs on it gets a dispatcher of its own, as before."""
