@@ -231,16 +231,10 @@ class Run:
             self.env["ANKUSA_DISPATCH_CELERY_WAKE"] = "1"
         self.node = Node(self.env, log_dir / f"gunicorn-{backend}.log", workers=2, threads=8)
         self.dispatch_log = open(log_dir / f"dispatch-{backend}.log", "wb")  # its drain lines
+        # The loop logs a line a send (left out); Celery's worker and beat log their tasks' ends.
+        stderr = subprocess.DEVNULL if engine == "loop" else subprocess.STDOUT
         self.dispatchers = [
-            subprocess.Popen(
-                command,
-                cwd=BASE_DIR,
-                env=self.env,
-                stdout=self.dispatch_log,
-                stderr=subprocess.DEVNULL
-                if engine == "loop"
-                else subprocess.STDOUT,  # the loop: a line a send
-            )
+            subprocess.Popen(command, cwd=BASE_DIR, env=self.env, stdout=self.dispatch_log, stderr=stderr)
             for command in dispatch_commands(engine, backend, log_dir)
         ]
         self.sent = 0
