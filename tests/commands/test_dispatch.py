@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,7 +23,7 @@ from commands.models import Attempt, Command
 from commands.retry import Outlook, SkipReason
 from commands.states import Event, State
 from queues.backends import get_queue
-from tests.commands.sink import script
+from tests.commands.sink import Gate, script
 
 # Sends run in worker threads with their own connections: they must see committed rows.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -478,9 +479,17 @@ def test_a_round_on_the_redis_queue_sends_after_commit_and_recovers_lost_items(
 def test_sends_in_flight_hold_no_database_connection_each(make_connector, make_command, queue, sink):
     from django.db.backends.signals import connection_created
 
-    # Long enough that the first send is still answered while the 32nd starts, on a busy machine
-    # too (at 0.1 s a loaded suite run once saw 26 at once).
-    sink.delay = 0.5
+    # Every answer held until all 32 sends are in at once (at most 30 s): no answer's delay to
+    # outlast the starts (0.5 s still saw 31 at once in a slow hour's suite run).
+    sink.respond = gate = Gate()
+
+    def open_once_all_are_in() -> None:
+        deadline = time.monotonic() + 30
+        while sink.in_flight < 32 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gate.open.set()
+
+    threading.Thread(target=open_once_all_are_in, daemon=True).start()
     for n in range(4):
         connector = make_connector(f"c{n}", url=sink.url, max_in_flight=8)
         for _ in range(8):
