@@ -26,7 +26,7 @@ from redis.exceptions import LockNotOwnedError
 from commands import retention
 from commands.dispatch import heartbeat, recovery
 from commands.dispatch import sweep as sweeping
-from commands.dispatch.dispatcher import Dispatcher, items_waiting
+from commands.dispatch.dispatcher import Dispatcher, DrainSummary, items_waiting
 from commands.lifecycle import commands_queue
 
 
@@ -78,27 +78,31 @@ def _drain() -> dict:
     refused them), closes it: its outcomes are spooled (``_Recorder``) and the next drain starts a
     new one. Between two drains it holds no send and no outcome, only idle threads and connections.
     A drain while another of the same process runs on it gets a dispatcher of its own, as before."""
-    global _kept
     # One interval at most, so a long backlog is shared between workers and beat's next round.
     max_seconds = settings.ANKUSA_DISPATCH_INTERVAL_S
-    if not _kept_in_use.acquire(blocking=False):
+    if _kept_in_use.acquire(blocking=False):
+        try:
+            summary = _drain_kept(max_seconds)
+        finally:
+            _kept_in_use.release()
+    else:
         with Dispatcher() as dispatcher:
             summary = dispatcher.drain(max_seconds=max_seconds)
-        return {"claimed": summary.claimed, "results": dict(summary.results)}
-    try:
-        if _kept is None or _kept[0] != os.getpid():
-            _kept = (os.getpid(), Dispatcher())
-        dispatcher = _kept[1]
-        clean = False
-        try:
-            summary = dispatcher.drain(max_seconds=max_seconds)
-            clean = not dispatcher.pending_commands()
-        finally:
-            if not clean:
-                forget_dispatcher()
-    finally:
-        _kept_in_use.release()
     return {"claimed": summary.claimed, "results": dict(summary.results)}
+
+
+def _drain_kept(max_seconds: float) -> DrainSummary:
+    global _kept
+    if _kept is None or _kept[0] != os.getpid():
+        _kept = (os.getpid(), Dispatcher())
+    dispatcher, clean = _kept[1], False
+    try:
+        summary = dispatcher.drain(max_seconds=max_seconds)
+        clean = not dispatcher.pending_commands()
+    finally:
+        if not clean:
+            forget_dispatcher()
+    return summary
 
 
 def forget_dispatcher() -> None:
