@@ -10,7 +10,8 @@ of the prefork pool (the default, as deployed) freezes what it inherited and loa
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import task_postrun, task_prerun, worker_process_init
+from django.db import close_old_connections
 
 from ankusa_site.core.longlived import freeze_startup
 
@@ -26,3 +27,15 @@ def freeze_pool_process(**kwargs) -> None:
     # A pool process is always a process of its own, made to run tasks: its start-up objects out of
     # the collector's sight, as the dispatch loop's and gunicorn's workers'.
     freeze_startup()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def close_old_task_connections(task=None, **kwargs) -> None:
+    # As Django does around each request, and the dispatch loop around each drain: a connection
+    # that broke or aged out (CONN_MAX_AGE) is dropped, the others kept for the next task. Celery's
+    # own habit, a new connection for every task (CELERY_DB_REUSE_MAX in the settings), cost a
+    # poll asked by a wake more than the rest of its drain (bench/README.md, *Celery sending*). A
+    # task run eagerly runs inside its caller's request or transaction: left alone.
+    if task is not None and not getattr(task.request, "is_eager", False):
+        close_old_connections()

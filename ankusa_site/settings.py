@@ -330,6 +330,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes every database connection before and after each task unless this is
+# set; set, it closes them once every this many tasks of a process, and in between a task's
+# connections live as a request's do (ankusa_site/celery.py: CONN_MAX_AGE, errors, health checks).
+CELERY_DB_REUSE_MAX = 1000
 # Celery beat runs the dispatch loop's sweep at the loop's own period and its recovery at the
 # loop's recovery period; each of them asks for a consume when it queued something (commands/tasks.py). Beat also sends a poll every
 # poll period, for what intake queued itself: one poll drains at a time, and a poll no worker has

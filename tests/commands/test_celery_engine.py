@@ -29,9 +29,11 @@ def celery(python: str, env: dict, *args: str) -> Output:
     return start([python, "-m", "celery", "-A", "ankusa_site", *args], cwd=settings.BASE_DIR, env=env)
 
 
-def worker(python: str, env: dict, name: str) -> Output:
+def worker(python: str, env: dict, name: str, pool: tuple[str, ...] = ("--pool", "solo")) -> Output:
+    """A worker that runs its tasks in its own process, or with ``pool`` as deployed: ``("--pool",
+    "prefork", "--concurrency", "1")``."""
     return celery(
-        python, env, "worker", "--pool", "solo", "-n", f"{name}@%h",
+        python, env, "worker", *pool, "-n", f"{name}@%h",
         "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "info",
     )  # fmt: skip
 
