@@ -150,12 +150,15 @@ def poll(sweep: bool = False) -> dict:
     interval, would otherwise start a dispatcher in every worker process (its pool of senders and
     connections each, the per-connector cap as many times over at one receiver). The lock is
     short and renewed while the drain runs (``POLL_LOCK_TTL_S``), so a killed worker stalls the
-    others for seconds. ``sweep``: asked by a wake (``commands.wake``), which may mean commands
-    made due rather than queued: a sweep first when nothing waits. A poll that ends its drain with
-    work still waiting asks for the next one as it releases the lock."""
-    if sweep and not items_waiting(commands_queue()):
-        sweeping.sweep()
-    if not items_waiting(commands_queue()):
+    others for seconds. A poll that ends its drain with work still waiting asks for the next one
+    as it releases the lock.
+
+    ``sweep``: asked by a wake (``commands.wake``). Work was most likely just queued, so it drains
+    without a look first, as the loop does when woken. A drain that claims nothing sweeps (the wake
+    may have made commands due rather than queued them) and drains what that queued. A wake that
+    meets another poll draining sweeps only if nothing waits: that drain takes what is queued."""
+    queue = commands_queue()
+    if not sweep and not items_waiting(queue):
         return NOTHING
     # redis-py's lock, through django-redis: released only by the poll that holds it (a token),
     # kept where the renewing thread sees it too (not thread-local).
@@ -166,12 +169,14 @@ def poll(sweep: bool = False) -> dict:
         logger.warning("dispatch poll: the lock could not be taken; draining without it")
         held, lock = True, None
     if not held:
+        if sweep and not items_waiting(queue):
+            sweeping.sweep()
         return {**NOTHING, "busy": True}
     if lock is None:
-        return _drain()
+        return _drain_polled(queue, sweep)
     try:
         with renewed(lock, POLL_LOCK_TTL_S / 3):
-            return _drain()
+            return _drain_polled(queue, sweep)
     finally:
         with contextlib.suppress(Exception):  # expired and taken since, or Redis gone: not ours
             lock.release()
@@ -180,6 +185,16 @@ def poll(sweep: bool = False) -> dict:
         with contextlib.suppress(Exception):
             if settings.ANKUSA_DISPATCH_CELERY_WAKE and items_waiting(commands_queue()):
                 poll.delay()
+
+
+def _drain_polled(queue, sweep: bool) -> dict:
+    """A poll's drain; with ``sweep``, one that claimed nothing sweeps and drains what that queued."""
+    drained = _drain()
+    if sweep and not drained["claimed"]:
+        sweeping.sweep()
+        if items_waiting(queue):
+            drained = _drain()
+    return drained
 
 
 @shared_task(name="commands.recover")

@@ -202,6 +202,46 @@ def test_a_poll_with_an_item_waiting_drains_it_and_releases_the_lock(
     assert caches["redis"].get(tasks.POLL_LOCK) is None
 
 
+def test_a_poll_asked_by_a_wake_drains_what_was_queued_without_a_look_first(
+    redis_client, make_connector, make_command, monkeypatch
+):
+    from commands import tasks
+
+    command = make_command(make_connector(kind="log"))
+    sweep()  # queued, as intake's commit leaves it before the wake's poll starts
+    looked = []
+    monkeypatch.setattr(tasks, "items_waiting", lambda queue: looked.append(1) or True)
+    assert tasks.poll(sweep=True) == {"claimed": 1, "results": {"succeeded": 1}}
+    command.refresh_from_db()
+    assert command.state == State.SUCCEEDED
+    assert looked == []  # the drain's claim was the first read; a look would have cost a round trip
+
+
+def test_a_poll_asked_by_a_wake_sends_a_command_made_due_but_not_queued(
+    redis_client, make_connector, make_command
+):
+    from commands import tasks
+
+    command = make_command(make_connector(kind="log"))  # approved, due: a resend, an approval
+    assert tasks.poll(sweep=True) == {"claimed": 1, "results": {"succeeded": 1}}
+    command.refresh_from_db()
+    assert command.state == State.SUCCEEDED
+    assert caches["redis"].get(tasks.POLL_LOCK) is None
+
+
+def test_a_wake_that_meets_a_draining_poll_sweeps_for_it_if_nothing_waits(
+    redis_client, make_connector, make_command
+):
+    from commands import tasks
+
+    command = make_command(make_connector(kind="log"))
+    caches["redis"].add(tasks.POLL_LOCK, "another worker's", timeout=30)
+    assert tasks.poll(sweep=True) == {"claimed": 0, "results": {}, "busy": True}
+    command.refresh_from_db()
+    assert command.state == State.QUEUED  # for the draining poll, which claims while work is queued
+    assert caches["redis"].get(tasks.POLL_LOCK) == "another worker's"
+
+
 def test_a_celery_process_keeps_its_dispatcher_from_one_drain_to_the_next(
     redis_client, make_connector, make_command, monkeypatch
 ):
