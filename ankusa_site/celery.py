@@ -10,8 +10,8 @@ of the prefork pool (the default, as deployed) freezes what it inherited and loa
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_process_init
-from django.db import close_old_connections
+from celery.signals import beat_init, task_postrun, task_prerun, worker_init, worker_process_init
+from django.db import close_old_connections, connections
 
 from ankusa_site.core.longlived import freeze_startup
 
@@ -27,6 +27,18 @@ def freeze_pool_process(**kwargs) -> None:
     # A pool process is always a process of its own, made to run tasks: its start-up objects out of
     # the collector's sight, as the dispatch loop's and gunicorn's workers'.
     freeze_startup()
+
+
+@worker_init.connect
+@beat_init.connect
+def close_startup_connections(**kwargs) -> None:
+    # What start-up opened (Django's system checks), held idle for the process's life otherwise: a
+    # prefork worker's own process runs no task, beat none at all, and Celery's fix-up, told to keep
+    # connections (CELERY_DB_REUSE_MAX), no longer closes them here. A worker started inside a
+    # caller's transaction (an embedded one) leaves that transaction's connection alone.
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
 
 
 @task_prerun.connect

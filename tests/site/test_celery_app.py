@@ -5,7 +5,14 @@ import time
 
 import psycopg
 import pytest
-from celery.signals import task_postrun, task_prerun, worker_process_init, worker_ready
+from celery.signals import (
+    beat_init,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+)
 from django.db import OperationalError, connection, transaction
 
 from tests.services import database_url
@@ -83,3 +90,20 @@ def test_celerys_django_fixup_keeps_connections_across_tasks_as_configured(setti
 
     fixup = DjangoWorkerFixup(app)
     assert fixup.db_reuse_max == settings.CELERY_DB_REUSE_MAX >= 100
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_or_beat_closes_what_its_start_up_opened_but_a_callers_transaction():
+    from ankusa_site.celery import close_startup_connections
+
+    connection.ensure_connection()
+    beat_init.send(sender=None)  # (worker_init would install Celery's worker fix-up in this process)
+    assert connection.connection is None  # Django's system checks' connection, idle for good
+    assert close_startup_connections in worker_init._live_receivers(None)  # not sent here: see above
+    connection.ensure_connection()
+    close_startup_connections()
+    assert connection.connection is None
+    with transaction.atomic():  # a worker started inside a caller's transaction
+        kept = connection.connection
+        close_startup_connections()
+        assert connection.connection is kept and connection.is_usable()
