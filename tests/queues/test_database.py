@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
@@ -12,8 +13,15 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from queues.backends import database
-from queues.backends.database import CLAIM_SQL_POSTGRESQL, DONE_SQL, ENQUEUE_SQL_POSTGRESQL, DatabaseFIFO
+from queues.backends.database import (
+    CLAIM_SQL_POSTGRESQL,
+    CLAIM_SQL_POSTGRESQL_ASYNC_COMMIT,
+    DONE_SQL,
+    ENQUEUE_SQL_POSTGRESQL,
+    DatabaseFIFO,
+)
 from queues.models import QueueItem
+from tests.private_services import MIGRATED
 
 
 class Rollback(Exception):
@@ -80,6 +88,53 @@ def test_postgresql_claim_is_one_statement_on_the_main_order_index(postgres):
         cursor.execute("RESET enable_seqscan")
     assert "queueitem_main_order" in plan
     assert "LockRows" in plan
+
+
+def test_postgresql_claim_commits_asynchronously_by_itself_but_never_inside_a_transaction(
+    postgres, transactional_db
+):
+    queue = DatabaseFIFO("jobs")
+    queue.enqueue("a", "b")
+    with CaptureQueriesContext(connection) as by_itself:
+        assert len(queue.claim()) == 1
+    assert "synchronous_commit" in by_itself.captured_queries[-1]["sql"]
+    with transaction.atomic():
+        with CaptureQueriesContext(connection) as inside:
+            assert len(queue.claim()) == 1
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('synchronous_commit')")
+            assert cursor.fetchone()[0] == "on"  # the caller's writes commit as it asked
+    assert "synchronous_commit" not in inside.captured_queries[-1]["sql"]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"  # the session's own setting, untouched
+
+
+@pytest.mark.slow
+def test_an_asynchronous_claim_returns_before_its_commit_is_on_disk_and_a_synchronous_one_after(
+    migrated_postgres,
+):
+    # On a server of the test's own, idle but for this connection: nothing else moves the log.
+    with psycopg.connect(migrated_postgres.url(), autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET autovacuum = off")
+        admin.execute("SELECT pg_reload_conf()")
+    with psycopg.connect(migrated_postgres.url(MIGRATED), autocommit=True) as db:
+        db.execute(
+            "INSERT INTO queues_queueitem (queue, state, position, payload, enqueued_at, claims,"
+            " requeue_count, fail_count, last_error)"
+            " SELECT 'jobs', 'main', n, '1', now(), 0, 0, 0, '' FROM generate_series(1, 10) AS n"
+        )
+
+        def unflushed_after(claim: str) -> bool:
+            assert len(db.execute(claim, ["jobs", 1, timezone.now()]).fetchall()) == 1
+            inserted, flushed = db.execute(
+                "SELECT pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn()"
+            ).fetchone()
+            return flushed < inserted
+
+        assert not any(unflushed_after(CLAIM_SQL_POSTGRESQL) for _ in range(3))
+        # The log's writer flushes every 200 ms: one of three looks at once finds it not yet done.
+        assert any(unflushed_after(CLAIM_SQL_POSTGRESQL_ASYNC_COMMIT) for _ in range(3))
 
 
 def test_postgresql_done_finds_rows_by_primary_key_not_by_scanning_busy(postgres):
