@@ -90,6 +90,7 @@ def test_postgresql_claim_is_one_statement_on_the_main_order_index(postgres):
     assert "LockRows" in plan
 
 
+@pytest.mark.fast_path  # the stock ORM's claim commits as Django does
 def test_postgresql_claim_commits_asynchronously_by_itself_but_never_inside_a_transaction(
     postgres, transactional_db
 ):
