@@ -133,9 +133,11 @@ def test_an_asynchronous_claim_returns_before_its_commit_is_on_disk_and_a_synchr
             ).fetchone()
             return flushed < inserted
 
-        assert not any(unflushed_after(CLAIM_SQL_POSTGRESQL) for _ in range(3))
-        # The log's writer flushes every 200 ms: one of three looks at once finds it not yet done.
-        assert any(unflushed_after(CLAIM_SQL_POSTGRESQL_ASYNC_COMMIT) for _ in range(3))
+        # Counted over five claims each: the server's own records (a snapshot of running
+        # transactions every 15 s) may land unflushed once, and the log's writer, which flushes
+        # every 200 ms, may have flushed an asynchronous claim before the look, once.
+        assert sum(unflushed_after(CLAIM_SQL_POSTGRESQL) for _ in range(5)) <= 1
+        assert sum(unflushed_after(CLAIM_SQL_POSTGRESQL_ASYNC_COMMIT) for _ in range(5)) >= 4
 
 
 def test_postgresql_done_finds_rows_by_primary_key_not_by_scanning_busy(postgres):
