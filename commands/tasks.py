@@ -173,10 +173,10 @@ def poll(sweep: bool = False) -> dict:
             sweeping.sweep()
         return {**NOTHING, "busy": True}
     if lock is None:
-        return _drain_polled(queue, sweep)
+        return _drain_polled(sweep)
     try:
         with renewed(lock, POLL_LOCK_TTL_S / 3):
-            return _drain_polled(queue, sweep)
+            return _drain_polled(sweep)
     finally:
         with contextlib.suppress(Exception):  # expired and taken since, or Redis gone: not ours
             lock.release()
@@ -187,13 +187,11 @@ def poll(sweep: bool = False) -> dict:
                 poll.delay()
 
 
-def _drain_polled(queue, sweep: bool) -> dict:
+def _drain_polled(sweep: bool) -> dict:
     """A poll's drain; with ``sweep``, one that claimed nothing sweeps and drains what that queued."""
     drained = _drain()
-    if sweep and not drained["claimed"]:
-        sweeping.sweep()
-        if items_waiting(queue):
-            drained = _drain()
+    if sweep and not drained["claimed"] and sweeping.sweep().taken:
+        drained = _drain()
     return drained
 
 
