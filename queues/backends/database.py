@@ -61,8 +61,8 @@ TABLE = QueueItem._meta.db_table
 
 # The UPDATE finds the picked rows by ctid (a Tid Scan, no index lookup): safe because the CTE
 # holds their row locks, so no other transaction can move them before the UPDATE runs.
-CLAIM_SQL_POSTGRESQL = """
-WITH picked AS (
+_CLAIM_SQL_POSTGRESQL = """
+WITH {before}picked AS (
     SELECT ctid FROM queues_queueitem
     WHERE queue = %s AND state = 'main'
     ORDER BY position, id
@@ -71,21 +71,22 @@ WITH picked AS (
 )
 UPDATE queues_queueitem AS item
 SET state = 'busy', claimed_at = %s, claims = item.claims + 1
-FROM picked
+FROM picked{also}
 WHERE item.ctid = picked.ctid
 RETURNING item.id, item.position, item.payload, item.enqueued_at, item.requeue_count,
     item.fail_count, item.last_error, item.claims
 """
+CLAIM_SQL_POSTGRESQL = _CLAIM_SQL_POSTGRESQL.format(before="", also="")
 # The same claim committing by itself (outside a caller's transaction), without waiting for its
 # write-ahead log to reach the disk: a server crash may forget it, and the item is then claimable
 # in main again, never lost (as on the Redis queue, whose claims are never on disk). A claim is
 # bookkeeping; what the consumer does next that must last (the dispatcher's start, before any
 # send) commits synchronously after it, and that flush carries the claim's record too. What it
 # takes off the way from a wake to the receiver: bench/README.md, *Accepted → sent*.
-CLAIM_SQL_POSTGRESQL_ASYNC_COMMIT = CLAIM_SQL_POSTGRESQL.replace(
-    "WITH picked AS (",
-    "WITH asynchronous AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), picked AS (",
-).replace("FROM picked\n", "FROM picked, asynchronous\n")
+CLAIM_SQL_POSTGRESQL_ASYNC_COMMIT = _CLAIM_SQL_POSTGRESQL.format(
+    before="asynchronous AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), ",
+    also=", asynchronous",
+)
 
 # A busy row finished by ``done``: one of the given ids, still busy, still under the given claim.
 # One statement per call (per BATCH items), by primary key, with the claims as a row-value test
