@@ -47,6 +47,8 @@ def test_the_intake_benchmark_runs_in_quick_mode_and_every_2xx_was_stored(servic
     assert figures["intake_vs_bare_view_sqlite"] > 0
     assert figures["intake_vs_bare_view_paired_sqlite"] > 0
     assert figures["intake_vs_obvious_django_sqlite"] > 0  # the peer answered 2xx, on the same server
+    assert figures["durable_floor_vs_bare_view_sqlite"] > 0  # and the floor, whose rows are its own
+    assert figures["cpu_ms_sqlite"]["floor"]["workers"] > 0
     assert figures["intake_vs_bare_view_stock_sqlite"] > 0  # and the site with every fast path stock
     assert figures["intake_vs_bare_view_cpu_sqlite"] > 0  # /proc was read around the rounds
     assert figures["cpu_ms_sqlite"]["intake"]["workers"] > 0
