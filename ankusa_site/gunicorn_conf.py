@@ -5,9 +5,10 @@ one over its limits, a transfer coding it does not take) is answered with the si
 ``{"error", "detail"}``, of the same status; only a peer in ``ANKUSA_TRUSTED_PROXIES`` (nobody by
 default) may say who the client was or its scheme (``X-Forwarded-*``, ``X-Real-IP``,
 ``Forwarded``), and no peer may set ``SCRIPT_NAME`` or ``PATH_INFO``; the access log never writes
-a secret sent in a URL or a header (its value is ``***``, its name stays). Each worker freezes what
-it loaded out of the garbage collector's sight, and a worker that exits stops reporting its live
-gauges (its counters stay summed in: what it counted happened).
+a secret sent in a URL or a header (its value is ``***``, its name stays). Each worker takes a new
+connection only while one of its threads is free, freezes what it loaded out of the garbage
+collector's sight, and, once it exits, stops reporting its live gauges (its counters stay summed
+in: what it counted happened).
 """
 
 import http
@@ -139,6 +140,11 @@ class AccessLog(Logger):
 
 
 logger_class = AccessLog
+
+# gunicorn's threaded worker, except that it takes a new connection only while one of its threads
+# is free: with gunicorn's own, one worker could take every connection of a burst while the others
+# idled (ankusa_site/gunicorn_worker.py). A threaded worker at any thread count, as deployed.
+worker_class = "ankusa_site.gunicorn_worker.ThreadWorker"
 
 
 def post_worker_init(worker):
