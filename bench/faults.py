@@ -234,7 +234,7 @@ class Site:
         self.gunicorn = Proc(
             "gunicorn",
             [sys.executable, "-m", "gunicorn", "ankusa_site.wsgi", "--bind", f"127.0.0.1:{self.port}",
-             "--config", "python:ankusa_site.gunicorn_conf", "--worker-class", "gthread",
+             "--config", "python:ankusa_site.gunicorn_conf",
              "--workers", "2", "--threads", "4", "--graceful-timeout", "5"],
             env, logdir,
         )  # fmt: skip

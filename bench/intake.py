@@ -345,7 +345,7 @@ class Server:
         env = {**env, "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir}
         command = [sys.executable, "-m", "gunicorn", "bench.intake_server", "--bind", f"127.0.0.1:{self.port}",
                    "--config", f"python:{config}",
-                   "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread"]  # fmt: skip
+                   "--workers", str(workers), "--threads", str(threads)]  # fmt: skip
         self.process = subprocess.Popen(
             command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -15,14 +15,18 @@ server's CPU per request (read from ``/proc`` around each round, the whole machi
 
 By default it compares the deployed settings (``ankusa_site.gunicorn_conf``, whose workers freeze
 what they loaded out of the garbage collector's sight) with the same settings without the freeze
-(``bench/gunicorn_unfrozen.py``). ``--baseline bench.gunicorn_django_handler`` compares the site's handler
-(webhooks take a shortcut past the URL resolver and most middleware, ``ankusa_site.handlers``)
-with Django's own.
+(``bench/gunicorn_unfrozen.py``). ``--baseline bench.gunicorn_django_handler`` compares the site's
+handler (webhooks take a shortcut past the URL resolver and most middleware,
+``ankusa_site.handlers``) with Django's own; ``--baseline bench.gunicorn_stock_worker`` the site's
+gunicorn worker (``ankusa_site.gunicorn_worker``: a new connection only while a thread is free)
+with gunicorn's own ``gthread``.
 
 The last line is JSON, per set-up (``_sqlite`` for SQLite): ``cpu_ms_webhook`` and ``cpu_ms_bare``
-(median machine CPU per request, for ``baseline`` and ``candidate``), ``webhook_cpu_candidate_vs_baseline``
-(the candidate's median over the baseline's: below 1, a webhook costs the machine less under the
-candidate), the same for the bare view, and ``accepted_not_stored`` over every round (must be 0).
+(median machine CPU per request, for ``baseline`` and ``candidate``),
+``webhook_cpu_candidate_vs_baseline`` (the candidate's median over the baseline's: below 1, a
+webhook costs the machine less under the candidate), the same for the bare view; ``webhook_per_s``
+and ``bare_per_s`` (median requests per second) and ``…_per_s_candidate_vs_baseline`` (above 1,
+the candidate serves more); and ``accepted_not_stored`` over every round (must be 0).
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ from bench.intake import (  # noqa: E402
 def measure(name: str, env: dict, args) -> dict:
     tenant = prepare(env)
     servers = {role: Server(env, args.workers, args.threads, config) for role, config in args.variants}
-    accepted, cpu = [], {role: {"bare": [], "webhook": []} for role in servers}
+    accepted = []
+    cpu = {role: {"bare": [], "webhook": []} for role in servers}
+    rate = {role: {"bare": [], "webhook": []} for role in servers}
     try:
         for server in servers.values():
             warm_up(server, tenant, args.concurrency)
@@ -62,6 +68,8 @@ def measure(name: str, env: dict, args) -> dict:
                 accepted += intake["accepted"]
                 cpu[role]["bare"].append(bare["cpu_ms"]["machine"])
                 cpu[role]["webhook"].append(intake["cpu_ms"]["machine"])
+                rate[role]["bare"].append(bare["per_s"])
+                rate[role]["webhook"].append(intake["per_s"])
                 print(
                     f"  {name} {role:<9} bare {bare['per_s']:6.0f}/s {bare['cpu_ms']['machine']:.3f} ms"
                     f"   webhooks {intake['per_s']:5.0f}/s {intake['cpu_ms']['machine']:.3f} ms",
@@ -71,10 +79,13 @@ def measure(name: str, env: dict, args) -> dict:
         for server in servers.values():
             server.stop()
     check = json.loads(manage(env, "shell", "-c", CHECK, stdin=json.dumps(accepted)).strip().splitlines()[-1])
-    medians = {
-        role: {kind: statistics.median(ms) for kind, ms in kinds.items()} for role, kinds in cpu.items()
-    }
-    return {"medians": medians, "accepted_not_stored": check["missing"]}
+
+    def median(figures):
+        return {
+            role: {kind: statistics.median(v) for kind, v in kinds.items()} for role, kinds in figures.items()
+        }
+
+    return {"medians": median(cpu), "per_s": median(rate), "accepted_not_stored": check["missing"]}
 
 
 def main() -> None:
@@ -86,16 +97,21 @@ def main() -> None:
 
     results = run_setups(args, measure)
 
-    print(f"\nbaseline {args.baseline}, candidate {args.candidate}: median machine CPU ms per request")
-    print(f"{'set-up':<10} {'kind':<8} {'baseline':>9} {'candidate':>10} {'ratio':>6}")
+    print(f"\nbaseline {args.baseline}, candidate {args.candidate}: medians of machine CPU ms per request")
+    print(f"{'set-up':<10} {'kind':<8} {'baseline':>9} {'candidate':>10} {'ratio':>6}  (and of requests/s)")
     figures = {}
     for name, r in results.items():
         suffix = "" if name == "postgres" else f"_{name}"
         for kind in ("webhook", "bare"):
             base, cand = r["medians"]["baseline"][kind], r["medians"]["candidate"][kind]
-            print(f"{name:<10} {kind:<8} {base:9.3f} {cand:10.3f} {cand / base:6.3f}")
+            per_s = r["per_s"]["baseline"][kind], r["per_s"]["candidate"][kind]
+            print(f"{name:<10} {kind:<8} {base:9.3f} {cand:10.3f} {cand / base:6.3f}  "
+                  f"({per_s[0]:.0f} and {per_s[1]:.0f}/s: {per_s[1] / per_s[0]:.3f})")  # fmt: skip
             figures[f"cpu_ms_{kind}{suffix}"] = {"baseline": round(base, 3), "candidate": round(cand, 3)}
             figures[f"{kind}_cpu_candidate_vs_baseline{suffix}"] = round(cand / base, 3)
+            base, cand = r["per_s"]["baseline"][kind], r["per_s"]["candidate"][kind]
+            figures[f"{kind}_per_s{suffix}"] = {"baseline": round(base), "candidate": round(cand)}
+            figures[f"{kind}_per_s_candidate_vs_baseline{suffix}"] = round(cand / base, 3)
     figures["accepted_not_stored"] = sum(r["accepted_not_stored"] for r in results.values())
     figures["quick"] = args.quick
     print(json.dumps(figures))

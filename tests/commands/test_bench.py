@@ -79,9 +79,15 @@ def test_the_intake_instruction_count_runs_and_every_webhook_was_accepted(servic
 
 def test_the_gunicorn_settings_comparison_runs_in_quick_mode_and_every_2xx_was_stored(service_env):
     database = os.environ.get("DATABASE_URL", "")
-    figures = quick_figures("bench/intake_ab.py", {**service_env, "DATABASE_URL": database})
+    figures = quick_figures(
+        "bench/intake_ab.py",
+        {**service_env, "DATABASE_URL": database},
+        "--baseline",
+        "bench.gunicorn_stock_worker",
+    )
     assert (figures["accepted_not_stored"], figures["quick"]) == (0, True)
     assert figures["webhook_cpu_candidate_vs_baseline_sqlite"] > 0
+    assert figures["bare_per_s_candidate_vs_baseline_sqlite"] > 0
     assert set(figures["cpu_ms_webhook_sqlite"]) == {"baseline", "candidate"}
     assert ("webhook_cpu_candidate_vs_baseline" in figures) == database.startswith("postgres")
 
