@@ -2,10 +2,13 @@
 
 gunicorn's own ``gthread`` worker accepts every connection it can while any of its threads runs,
 so the first worker to wake can take all of a burst of new connections (a client's keep-alive
-pool, nginx's upstream connections) and serve them four at a time while the other workers idle
-(benoitc/gunicorn#3433). This one stops listening while every thread has a request, so a new
-connection goes to a worker with a free thread, or waits in the listen queue until one is free.
-Not changed: a connection already kept alive by a busy worker stays with it.
+pool, many clients at once) and serve them as many at a time as it has threads while the other
+workers idle (benoitc/gunicorn#3433). This one stops listening while every thread has a
+connection, so a new connection goes to a worker with a free thread, or waits in the listen queue
+until one is free. Not changed: a connection already kept alive by a busy worker stays with it,
+and a new connection holds its thread until its first request, for at most gthread's own wait.
+It extends gthread's ``enqueue_req``, ``finish_request`` and ``set_accept_enabled`` (gunicorn is
+pinned in requirements.txt; tests/site/test_gunicorn_worker.py holds the behaviour).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def test_a_burst_of_new_connections_is_shared_by_the_workers(start_node):
     node = start_node(workers=2, threads=4)
     socks = [socket.create_connection(("127.0.0.1", node.port), timeout=30) for _ in range(8)]
     try:
-        # Each worker takes four (one a thread, each waiting for its request), then stops taking.
+        # Each worker takes four, a thread each waiting for its request, then stops taking any.
         held = wait_for(lambda: accepted(node, 8), timeout=4, what="the eight connections accepted")
         assert sorted(held.values()) == [4, 4]
         for sock in socks:
