@@ -250,6 +250,36 @@ def cpu_ms_per_request(before: dict, after: dict, requests: int) -> dict[str, fl
     return {kind: round(1000 * (after[kind] - before.get(kind, 0)) / requests, 3) for kind in after}
 
 
+def connections_by_worker(port: int, workers) -> dict[int, int]:
+    """How many established TCP connections to ``port`` each of the ``workers`` has accepted, from
+    /proc (Linux; empty where it cannot be read)."""
+    established = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as rows:
+                next(rows)
+                for row in rows:
+                    fields = row.split()  # local address, remote, state ("01": established), ... inode
+                    if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        established.add(f"socket:[{fields[9]}]")
+        except OSError:
+            return {}
+    held = {}
+    for pid in workers:
+        links = []
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or not ours to read
+            continue
+        for fd in descriptors:
+            try:
+                links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:  # closed meanwhile
+                pass
+        held[pid] = sum(link in established for link in links)
+    return held
+
+
 def drive(
     port: int,
     requests: list[bytes],
@@ -259,7 +289,8 @@ def drive(
 ) -> dict:
     """Send the requests over ``concurrency`` keep-alive connections: all of them, or as many as
     ``seconds`` allow (each connection stops after the answer that crosses the deadline); rate,
-    statuses, latencies, CPU per answered request."""
+    statuses, latencies, CPU per answered request, and (a timed round with its ``workers``) how
+    many of the connections each worker held at half the round, most first."""
     results: list[list[tuple[int, bytes, float]]] = [[] for _ in range(concurrency)]
     failures: list[Exception] = []
     ready = threading.Barrier(concurrency + 1)
@@ -286,9 +317,17 @@ def drive(
     ready.wait()
     cpu_before = cpu_seconds(workers)
     started = time.perf_counter()
+    split: dict[int, int] = {}
+    timer: threading.Timer | None = None
+    if seconds and workers:  # which worker holds which connections, at half the round
+        timer = threading.Timer(seconds / 2, lambda: split.update(connections_by_worker(port, workers)))
+        timer.start()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    if timer is not None:
+        timer.cancel()
+        timer.join()
     cpu_after = cpu_seconds(workers)
     if failures:
         raise RuntimeError(f"{len(failures)} of {concurrency} connections failed: {failures[0]!r}")
@@ -301,6 +340,7 @@ def drive(
         "p50_ms": latencies[len(latencies) // 2] * 1000,
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         "cpu_ms": cpu_ms_per_request(cpu_before, cpu_after, len(answers)),
+        "connections_by_worker": sorted(split.values(), reverse=True),
     }
 
 

@@ -26,7 +26,9 @@ The last line is JSON, per set-up (``_sqlite`` for SQLite): ``cpu_ms_webhook`` a
 ``webhook_cpu_candidate_vs_baseline`` (the candidate's median over the baseline's: below 1, a
 webhook costs the machine less under the candidate), the same for the bare view; ``webhook_per_s``
 and ``bare_per_s`` (median requests per second) and ``…_per_s_candidate_vs_baseline`` (above 1,
-the candidate serves more); and ``accepted_not_stored`` over every round (must be 0).
+the candidate serves more); ``lopsided_rounds`` (of each server and kind, the rounds in which one
+worker held more than its share of the client's connections, read from ``/proc`` at half the
+round); and ``accepted_not_stored`` over every round (must be 0).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ def measure(name: str, env: dict, args) -> dict:
     accepted = []
     cpu = {role: {"bare": [], "webhook": []} for role in servers}
     rate = {role: {"bare": [], "webhook": []} for role in servers}
+    # Rounds in which one worker held more of the connections than its share (rounded up).
+    fair = -(-args.concurrency // args.workers)
+    lopsided = {role: {"bare": 0, "webhook": 0} for role in servers}
     try:
         for server in servers.values():
             warm_up(server, tenant, args.concurrency)
@@ -70,9 +75,13 @@ def measure(name: str, env: dict, args) -> dict:
                 cpu[role]["webhook"].append(intake["cpu_ms"]["machine"])
                 rate[role]["bare"].append(bare["per_s"])
                 rate[role]["webhook"].append(intake["per_s"])
+                for kind, result in (("bare", bare), ("webhook", intake)):
+                    lopsided[role][kind] += max(result["connections_by_worker"], default=0) > fair
                 print(
                     f"  {name} {role:<9} bare {bare['per_s']:6.0f}/s {bare['cpu_ms']['machine']:.3f} ms"
-                    f"   webhooks {intake['per_s']:5.0f}/s {intake['cpu_ms']['machine']:.3f} ms",
+                    f" {bare['connections_by_worker']}"
+                    f"   webhooks {intake['per_s']:5.0f}/s {intake['cpu_ms']['machine']:.3f} ms"
+                    f" {intake['connections_by_worker']}",
                     flush=True,
                 )
     finally:
@@ -85,7 +94,12 @@ def measure(name: str, env: dict, args) -> dict:
             role: {kind: statistics.median(v) for kind, v in kinds.items()} for role, kinds in figures.items()
         }
 
-    return {"medians": median(cpu), "per_s": median(rate), "accepted_not_stored": check["missing"]}
+    return {
+        "medians": median(cpu),
+        "per_s": median(rate),
+        "lopsided_rounds": lopsided,
+        "accepted_not_stored": check["missing"],
+    }
 
 
 def main() -> None:
@@ -112,6 +126,9 @@ def main() -> None:
             base, cand = r["per_s"]["baseline"][kind], r["per_s"]["candidate"][kind]
             figures[f"{kind}_per_s{suffix}"] = {"baseline": round(base), "candidate": round(cand)}
             figures[f"{kind}_per_s_candidate_vs_baseline{suffix}"] = round(cand / base, 3)
+        figures[f"lopsided_rounds{suffix}"] = r["lopsided_rounds"]
+        print(f"{name:<10} rounds with a worker holding more than its share of the connections, of "
+              f"{args.rounds}: {r['lopsided_rounds']}")  # fmt: skip
     figures["accepted_not_stored"] = sum(r["accepted_not_stored"] for r in results.values())
     figures["quick"] = args.quick
     print(json.dumps(figures))

@@ -4,41 +4,19 @@ threads are all busy while another's are free."""
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
 
+from bench.intake import connections_by_worker
 from tests.servers import read_to_close, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def connections_by_worker(node) -> dict[int, int]:
-    """How many established connections to ``node`` each of its workers has accepted."""
-    established = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as rows:
-            next(rows)
-            for row in rows:
-                fields = row.split()
-                if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == node.port:
-                    established.add(f"socket:[{fields[9]}]")
-    held = {}
-    for pid in node.workers():
-        links = []
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-            except OSError:  # closed meanwhile
-                pass
-        held[pid] = sum(link in established for link in links)
-    return held
-
-
 def accepted(node, count: int) -> dict[int, int] | None:
-    """``connections_by_worker`` once its workers have accepted ``count`` connections in all."""
-    held = connections_by_worker(node)
+    """How many connections each of ``node``'s workers holds, once they hold ``count`` in all."""
+    held = connections_by_worker(node.port, node.workers())
     return held if sum(held.values()) == count else None
 
 
@@ -68,7 +46,7 @@ def test_a_connection_waits_for_a_free_thread_and_is_then_served(start_node):
         # The only thread waits for the first connection's request: the second stays in the queue.
         wait_for(lambda: accepted(node, 1), timeout=4, what="the first connection accepted")
         second.sendall(HEALTHZ)
-        assert sum(connections_by_worker(node).values()) == 1
+        assert sum(connections_by_worker(node.port, node.workers()).values()) == 1
         first.sendall(HEALTHZ)
         assert read_to_close(first).status == 200
         assert read_to_close(second).status == 200
