@@ -1,6 +1,6 @@
-"""``bench/dispatch.py``, ``bench/intake.py``, ``bench/intake_ops.py``, ``bench/intake_ab.py`` and
-``bench/slow_receivers.py`` (PostgreSQL) still run, short, and end with their JSON line (smoke
-tests, not measurements)."""
+"""``bench/dispatch.py``, ``bench/intake.py``, ``bench/intake_ops.py``, ``bench/intake_ab.py``,
+``bench/intake_statement.py`` and ``bench/slow_receivers.py`` (PostgreSQL) still run, short, and end
+with their JSON line (smoke tests, not measurements)."""
 
 import json
 import os
@@ -90,6 +90,17 @@ def test_the_gunicorn_settings_comparison_runs_in_quick_mode_and_every_2xx_was_s
     assert figures["bare_per_s_candidate_vs_baseline_sqlite"] > 0
     assert set(figures["cpu_ms_webhook_sqlite"]) == {"baseline", "candidate"}
     assert ("webhook_cpu_candidate_vs_baseline" in figures) == database.startswith("postgres")
+
+
+@pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"), reason="PostgreSQL only")
+def test_the_intake_statement_benchmark_runs_in_quick_mode_and_removes_every_part(service_env):
+    figures = quick_figures(
+        "bench/intake_statement.py", {**service_env, "DATABASE_URL": os.environ["DATABASE_URL"]}
+    )
+    assert figures["quick"] is True
+    # Each step ran: the floor, the statement, five removals, then both without a synchronous commit.
+    assert len(figures["backend_us"]) == 9
+    assert figures["statement_vs_floor"] > 0
 
 
 @pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"), reason="PostgreSQL only")
