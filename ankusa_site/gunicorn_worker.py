@@ -19,7 +19,7 @@ from gunicorn.workers import gthread
 class ThreadWorker(gthread.ThreadWorker):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.busy = 0  # connections handed to the thread pool and not yet finished (main thread only)
+        self.busy = 0  # connections handed to the thread pool, not yet finished (main thread only)
 
     def enqueue_req(self, conn):
         self.busy += 1

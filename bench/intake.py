@@ -565,9 +565,9 @@ def measure(name: str, env: dict, args) -> dict:
 def peer_figures(result: dict | None, suffix: str) -> dict:
     """The JSON keys of the floor, the peer and the variants: ``durable_floor_vs_bare_view`` and
     ``intake_vs_durable_floor`` (and its paired median), ``intake_vs_obvious_django`` (ours ÷ the
-    obvious receiver, accepted webhooks/s; and its paired median), and for each variant its throughput over
-    the bare view (``intake_vs_bare_view_<variant>``), p50/p99, and what the fast way buys over it
-    (``<variant>_buys``: ours ÷ the variant's)."""
+    obvious receiver, accepted webhooks/s; and its paired median), and for each variant its
+    throughput over the bare view (``intake_vs_bare_view_<variant>``), p50/p99, and what the fast
+    way buys over it (``<variant>_buys``: ours ÷ the variant's)."""
     if result is None:
         return {}
     others = result["others"]
