@@ -72,6 +72,7 @@ Figures (the JSON line at the end):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import hmac
 import json
@@ -225,15 +226,11 @@ def cpu_seconds(workers: set[int]) -> dict[str, float]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
+        pid = int(entry)
         try:
-            with open(f"/proc/{entry}/stat") as process:
-                stat = process.read()
+            name, seconds = process_cpu(pid)
         except OSError:  # ended meanwhile
             continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        rest = stat[stat.rindex(")") + 2 :].split()
-        seconds = (int(rest[11]) + int(rest[12])) / TICKS_PER_S  # utime + stime
-        pid = int(entry)
         if pid in workers:
             used["workers"] += seconds
         elif name.startswith("postgres"):
@@ -243,6 +240,14 @@ def cpu_seconds(workers: set[int]) -> dict[str, float]:
         elif pid == os.getpid():
             used["client"] += seconds
     return dict(used)
+
+
+def process_cpu(pid: int) -> tuple[str, float]:
+    """A process's name and the CPU seconds it has used (its utime and stime in /proc)."""
+    with open(f"/proc/{pid}/stat") as process:
+        stat = process.read()
+    rest = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], (int(rest[11]) + int(rest[12])) / TICKS_PER_S
 
 
 def cpu_ms_per_request(before: dict, after: dict, requests: int) -> dict[str, float]:
@@ -616,23 +621,29 @@ def base_env(**changes: str) -> dict:
     return env
 
 
-def run_postgres(url: str, args, measure=measure) -> dict:
+@contextlib.contextmanager
+def throwaway_database(url: str, prefix: str):
+    """A new database ``<prefix>_<pid>`` on the PostgreSQL server ``url`` names, dropped after
+    (its connections too); yields its URL."""
     parts = urlsplit(url)
-    name = f"bench_intake_{os.getpid()}"
+    name = f"{prefix}_{os.getpid()}"
     admin_url = urlunsplit(parts._replace(path="/postgres", query=""))
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    env = base_env(
-        DATABASE_URL=urlunsplit(parts._replace(path=f"/{name}")),
-        ANKUSA_STORE_SCOPE="fleet",
-        REDIS_URL=redis_url,
-    )
     try:
-        return measure("postgres", env, args)
+        yield urlunsplit(parts._replace(path=f"/{name}"))
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def run_postgres(url: str, args, measure=measure) -> dict:
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        with throwaway_database(url, "bench_intake") as database_url:
+            env = base_env(DATABASE_URL=database_url, ANKUSA_STORE_SCOPE="fleet", REDIS_URL=redis_url)
+            return measure("postgres", env, args)
+    finally:
         # Every tenant this process made (prepare), whether or not its run finished: a run that
         # failed half-way left its claims behind.
         client = redis.Redis.from_url(redis_url)

@@ -35,13 +35,12 @@ import secrets
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.intake import BODY, base_env, prepare, signature  # noqa: E402
+from bench.intake import BODY, base_env, prepare, process_cpu, signature, throwaway_database  # noqa: E402
 
 TABLES = ("commands_delivery", "commands_command", "queues_queueitem")
 TABLE_LIST = ", ".join(f"'{table}'" for table in TABLES)
@@ -65,7 +64,6 @@ REMOVALS = [
         f"WHERE indrelid::regclass::text IN ({TABLE_LIST}) AND NOT indisprimary AND NOT indisunique",
     ),
 ]
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def captured_statement(tenant: str) -> tuple[str, list]:
@@ -103,17 +101,13 @@ def captured_statement(tenant: str) -> tuple[str, list]:
     return captured[0]
 
 
-def backend_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime + stime
-
-
 class Statements:
     """The intake's statement with a new event key each time, and the floor's insert."""
 
     def __init__(self, sql: str, params: list):
-        self.sql, self.params = sql, params
+        from bench.intake_server import FLOOR_INSERT  # once Django is set up: it loads the site
+
+        self.sql, self.params, self.floor_insert = sql, params, FLOOR_INSERT
         # The delivery's row is the JSON parameter that holds the event key (its dedupe key).
         self.row = next(n for n, p in enumerate(params) if isinstance(p, str) and '"event_key"' in p)
 
@@ -125,25 +119,24 @@ class Statements:
         return self.sql, [datetime.now(UTC) if isinstance(p, datetime) else p for p in params]
 
     def floor(self) -> tuple[str, list]:
-        from bench.intake_server import FLOOR_INSERT
-
-        return FLOOR_INSERT, [BODY]
+        return self.floor_insert, [BODY]
 
 
 def cost_us(conn, pid: int, make, statements: int) -> float:
     """The backend's CPU per statement, the lower of two blocks of ``statements``."""
     blocks = []
     for _ in range(2):
-        started = backend_seconds(pid)
+        started = process_cpu(pid)[1]
         for _ in range(statements):
             conn.execute(*make(), prepare=True).fetchall()
-        blocks.append((backend_seconds(pid) - started) / statements * 1e6)
+        blocks.append((process_cpu(pid)[1] - started) / statements * 1e6)
     return min(blocks)
 
 
 def measure(url: str, statements: int) -> dict:
-    tenant = prepare(base_env(DATABASE_URL=url, ANKUSA_STORE_SCOPE="node"))
-    os.environ.update(base_env(DATABASE_URL=url, ANKUSA_STORE_SCOPE="node"))
+    env = base_env(DATABASE_URL=url, ANKUSA_STORE_SCOPE="node")
+    tenant = prepare(env)
+    os.environ.update(env)
     made = Statements(*captured_statement(tenant))
     costs = {}
     with psycopg.connect(url, autocommit=True) as admin, psycopg.connect(url, autocommit=True) as conn:
@@ -173,19 +166,8 @@ def main() -> None:
             "DATABASE_URL must name a PostgreSQL server on this machine (its backend's CPU is read from /proc)"
         )
     statements = 200 if args.quick else args.statements
-    parts = urlsplit(url)
-    name = f"bench_statement_{os.getpid()}"
-    admin_url = urlunsplit(parts._replace(path="/postgres", query=""))
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    try:
-        costs = measure(urlunsplit(parts._replace(path=f"/{name}")), statements)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with throwaway_database(url, "bench_statement") as database_url:  # dropped WITH (FORCE): Django's too
+        costs = measure(database_url, statements)
 
     # A quick run's blocks are a few of the kernel's ticks long: a cost may read 0 there.
     statement, floor = max(costs["statement"], 1e-9), max(costs["floor"], 1e-9)
