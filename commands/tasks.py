@@ -183,7 +183,7 @@ def poll(sweep: bool = False) -> dict:
         # A wake that met the lock while this drain ended was turned away: the released lock asks
         # again if work waits, rather than leave it to beat's next poll.
         with contextlib.suppress(Exception):
-            if settings.ANKUSA_DISPATCH_CELERY_WAKE and items_waiting(commands_queue()):
+            if settings.ANKUSA_DISPATCH_CELERY_WAKE and items_waiting(queue):
                 poll.delay()
 
 
